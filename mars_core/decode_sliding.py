@@ -1,0 +1,70 @@
+"""MARS (and AR, block size 1) with a sliding KV cache of the committed prefix.
+
+The cache holds every committed token but the last one. Each step forwards, per sequence,
+the tokens it accepted last step (as real tokens now) plus B - 1 [MASK] tokens against the
+cache, reads the B predictions (the first from the last real token), then crops the mask
+key/values away: they were computed for [MASK] and must never stay. Only B - 1 masks are
+needed because the B-th mask's own prediction is never used and, attention being causal,
+it cannot change the others.
+
+Sequences of a batch accept different counts, so the new tokens are left-padded to the
+longest; the padding slots stay in the cache as holes that no query attends to. Sequences
+that finish are dropped from the batch (and the cache).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+from transformers import DynamicCache
+
+from .decoding import Rows, StepEvent, left_pad, positions
+from .masks import causal_mask
+
+
+@torch.no_grad()
+def prefill(model, rows: Rows, pad_id: int):
+    """Cache every prompt token but the last. Returns (cache, key_valid (N, L), n_real (N,))."""
+    ids, valid = left_pad([p[:-1] for p in rows.prompts], pad_id, rows.device)
+    cache = DynamicCache(config=model.config)
+    if ids.shape[1] > 0:
+        model(input_ids=ids, attention_mask=causal_mask(valid, ids.shape[1]),
+              position_ids=positions(valid), cache=cache, use_cache=True, logits_to_keep=1)
+        rows.stats.prefill_forwards += 1
+    return cache, valid, valid.sum(dim=1)
+
+
+def select(keep: list[int], cache, *tensors):
+    """Keep only the batch rows `keep` of the cache and of each tensor (no copy if all stay)."""
+    if len(keep) == tensors[0].shape[0]:
+        return tensors
+    idx = torch.tensor(keep, dtype=torch.long, device=tensors[0].device)
+    cache.batch_select_indices(idx)
+    return tuple(t[idx] for t in tensors)
+
+
+@torch.no_grad()
+def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    B = rows.block
+    cache, kv_valid, n_real = prefill(model, rows, pad_id)
+    feed = [[p[-1]] for p in rows.prompts]  # real tokens not yet in the cache
+    while rows.running():
+        tau = rows.tau()
+        new_ids, new_valid = left_pad([f + [mask_id] * (B - 1) for f in feed], pad_id, rows.device)
+        width = new_ids.shape[1]
+        key_valid = torch.cat([kv_valid, new_valid], dim=1)
+        out = model(input_ids=new_ids, attention_mask=causal_mask(key_valid, width),
+                    position_ids=positions(new_valid, n_real), cache=cache, use_cache=True,
+                    logits_to_keep=B)  # (R, B, V): the last real token and the B - 1 masks
+        if B > 1:
+            cache.crop(-(B - 1))
+        kv_valid = key_valid[:, : key_valid.shape[1] - (B - 1)]
+        n_real = n_real + torch.tensor([len(f) for f in feed], device=rows.device)
+        live = rows.active
+        tokens, conf, n_acc = rows.accept(out.logits, live, tau)
+        event, feed = rows.commit(live, tokens, conf, n_acc, tau)
+        keep = rows.still_active()
+        feed = [feed[i] for i in keep]
+        if keep:
+            kv_valid, n_real = select(keep, cache, kv_valid, n_real)
+        yield event

@@ -1,0 +1,184 @@
+"""What every decoder shares: per-sequence bookkeeping, step events and statistics.
+
+A decoder owns the model calls and the KV cache; `Rows` owns everything a caller sees: the
+generated ids, when a sequence stops (EOS or `max_new_tokens`), the counts behind tokens per
+forward, and the per-step events a streaming caller reads. `Rows.commit` moves one step's
+acceptance to the host with a single sync.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .acceptance import accept
+from .config import DecodeConfig, TauControl
+
+
+@dataclass
+class DecodeStats:
+    """Counts of one decode. `tokens` excludes EOS and prompt tokens.
+
+    forwards:          decode forwards (model calls that produced tokens)
+    prefill_forwards:  forwards that only filled the KV cache with the prompt
+    row_forwards:      sum over forwards of the sequences that were decoding in it (an idle or
+                       finished sequence in a batch is not counted); equals `forwards` at batch 1
+    accepted_per_step: for every forward, the tokens each sequence accepted (0: not decoding)
+    """
+
+    forwards: int = 0
+    prefill_forwards: int = 0
+    tokens: int = 0
+    row_forwards: int = 0
+    seconds: float = 0.0
+    accepted_per_step: list[list[int]] = field(default_factory=list)
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Tokens per forward per sequence (the paper's T/F)."""
+        return self.tokens / self.row_forwards if self.row_forwards else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def per_sequence(self, i: int) -> list[int]:
+        """Accepted counts of sequence `i` over the steps in which it decoded."""
+        return [step[i] for step in self.accepted_per_step if step[i] > 0]
+
+
+@dataclass
+class StepEvent:
+    """One forward of a decode, as a streaming caller sees it (batch of one: use index 0)."""
+
+    step: int  # 0-based forward index
+    tokens: list[list[int]]  # per sequence: ids accepted in this step (EOS excluded)
+    confidences: list[list[float]]  # per sequence: their confidences under the metric
+    finished: list[bool]  # per sequence: has it stopped (now or before)?
+    forwards: int  # decode forwards so far
+    generated: int  # tokens generated so far, all sequences
+    elapsed: float  # seconds since the decode started, prefill included
+    tau: float  # the threshold this step used
+
+
+class RowRandom:
+    """One random stream per sequence, so a batch samples exactly what each row samples alone.
+
+    Sequence i of a batch is seeded with `seed + i`.
+    """
+
+    def __init__(self, n: int, seed: int, device):
+        self.gens = [torch.Generator(device=device).manual_seed(seed + i) for i in range(n)]
+        self.device = device
+
+    def noise(self, rows: list[int], block: int, vocab: int) -> torch.Tensor:
+        draws = [torch.rand(block, vocab, generator=self.gens[r], device=self.device) for r in rows]
+        return torch.stack(draws)  # (len(rows), B, V)
+
+
+class Rows:
+    """The sequences of one decode. `active` lists, in batch order, the original indices of the
+    sequences still decoding; decoders keep their tensors in that order."""
+
+    def __init__(self, prompts: list[list[int]], cfg: DecodeConfig, control: TauControl,
+                 stop_ids: list[int], device):
+        self.prompts = prompts
+        self.cfg = cfg
+        self.control = control
+        self.device = device
+        n = len(prompts)
+        self.out: list[list[int]] = [[] for _ in range(n)]
+        self.conf: list[list[float]] = [[] for _ in range(n)]
+        self.finished = [False] * n
+        self.active = list(range(n))
+        self.stats = DecodeStats()
+        self.stop_ids = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
+        self.random = RowRandom(n, cfg.seed, device) if cfg.temperature > 0 else None
+        self.t0 = time.perf_counter()
+
+    @property
+    def block(self) -> int:
+        return self.cfg.effective_block_size
+
+    def tau(self) -> float:
+        return self.control.tau
+
+    def accept(self, logits: torch.Tensor, rows: list[int], tau: float):
+        """Acceptance for the sequences `rows` (original indices); logits (len(rows), B, V)."""
+        noise = None
+        if self.random is not None:
+            noise = self.random.noise(rows, logits.shape[1], logits.shape[2])
+        return accept(logits, tau, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
+
+    def commit(self, rows: list[int], tokens, conf, n_accept, tau: float) -> tuple[StepEvent, list[list[int]]]:
+        """Record one forward for the decoding sequences `rows` (original indices).
+
+        tokens, conf: (R, B); n_accept: (R,). Accepted tokens are cut at the first stop id and
+        at `max_new_tokens`. Returns the event and, per row of `rows`, the ids to feed back.
+        """
+        B = tokens.shape[1]
+        remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
+                                 device=tokens.device)
+        idx = torch.arange(B, device=tokens.device)
+        stop = torch.isin(tokens, self.stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
+        hit = stop.any(dim=1)
+        first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
+        take = torch.minimum(first_stop, remaining)
+        done = hit | (take >= remaining)
+        packed = torch.cat([tokens.double(), conf.double(), take[:, None].double(),
+                            done[:, None].double()], dim=1).tolist()  # the one host sync
+        counts = [0] * len(self.prompts)
+        feed = []
+        ev_tokens = [[] for _ in self.prompts]
+        ev_conf = [[] for _ in self.prompts]
+        for r, row in zip(rows, packed):
+            k = int(row[2 * B])
+            ids = [int(t) for t in row[:k]]
+            self.out[r].extend(ids)
+            self.conf[r].extend(row[B:B + k])
+            ev_tokens[r], ev_conf[r] = ids, row[B:B + k]
+            self.finished[r] = self.finished[r] or bool(row[2 * B + 1])
+            counts[r] = max(k, 1)  # a step that only emitted EOS still used the forward
+            feed.append(ids)
+        self.stats.forwards += 1
+        self.stats.row_forwards += len(rows)
+        self.stats.tokens += sum(len(t) for t in ev_tokens)
+        self.stats.accepted_per_step.append(counts)
+        self.stats.seconds = time.perf_counter() - self.t0
+        event = StepEvent(self.stats.forwards - 1, ev_tokens, ev_conf, list(self.finished),
+                          self.stats.forwards, self.stats.tokens, self.stats.seconds, tau)
+        return event, feed
+
+    def running(self) -> bool:
+        """Is there a sequence left to decode? A stopped control ends the decode here."""
+        if self.control.stopped:
+            self.finished = [True] * len(self.finished)
+            self.active = []
+        return bool(self.active)
+
+    def still_active(self) -> list[int]:
+        """Positions (in the current batch order) of the sequences that go on; updates `active`."""
+        keep = [i for i, r in enumerate(self.active) if not self.finished[r]]
+        self.active = [self.active[i] for i in keep]
+        return keep
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad to one length: ids (N, L) long and valid (N, L) bool."""
+    width = max((len(s) for s in seqs), default=0)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            valid[i, width - len(s):] = True
+    return ids.to(device), valid.to(device)
+
+
+def positions(valid: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+    """Position ids of the valid slots: offset + rank among valid slots; 0 at padding."""
+    pos = valid.long().cumsum(dim=1) - 1
+    if offset is not None:
+        pos = pos + offset[:, None]
+    return torch.where(valid, pos, torch.zeros_like(pos))

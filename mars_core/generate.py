@@ -1,0 +1,81 @@
+"""The public entry points: `generate` (a batch, to completion) and `stream` (one prompt, step by step)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from .config import DecodeConfig, TauControl, check_tau
+from .decode_block import decode_block
+from .decode_reference import decode_reference
+from .decode_sliding import decode_sliding
+from .decoding import DecodeStats, Rows, StepEvent
+from .prompts import check_prompts, encode_prompt, special_ids
+
+
+@dataclass
+class GenerateResult:
+    token_ids: list[list[int]]  # generated ids per prompt, EOS excluded
+    texts: list[str]
+    confidences: list[list[float]]
+    stats: DecodeStats
+
+
+def _context_limit(model) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeConfig,
+                 control: TauControl | None = None) -> tuple[Rows, Iterator[StepEvent]]:
+    """Set up a decode of already-tokenised prompts; returns the rows and the step iterator."""
+    if not isinstance(config, DecodeConfig):
+        raise ValueError(f"config must be a DecodeConfig, got {type(config).__name__}")
+    if control is None:
+        control = TauControl(config.tau, config.metric)
+    elif control.metric != config.metric:
+        raise ValueError(f"TauControl metric {control.metric!r} differs from config metric {config.metric!r}")
+    limit = _context_limit(model)
+    for i, ids in enumerate(prompt_ids):
+        if not ids:
+            raise ValueError(f"prompt {i} encodes to no tokens")
+        need = len(ids) + config.max_new_tokens + config.effective_block_size
+        if limit is not None and need > limit:
+            raise ValueError(
+                f"prompt {i} has {len(ids)} tokens; with max_new_tokens={config.max_new_tokens} "
+                f"it needs {need} positions but the model has {limit}"
+            )
+    mask_id, pad_id, stop_ids = special_ids(model, tokenizer)
+    device = next(model.parameters()).device
+    rows = Rows(prompt_ids, config, control, stop_ids, device)
+    if config.cache == "none":
+        steps = decode_reference(model, rows, mask_id, pad_id)
+    elif config.cache == "sliding":
+        steps = decode_sliding(model, rows, mask_id, pad_id)
+    else:
+        steps = decode_block(model, rows, mask_id, pad_id, config.cache_block_size)
+    return rows, steps
+
+
+def generate(model, tokenizer, prompts: list[str], config: DecodeConfig,
+             control: TauControl | None = None, chat: bool = True) -> GenerateResult:
+    """Decode a batch of prompts to completion. Each row decodes exactly as it would alone."""
+    prompts = check_prompts(prompts)
+    ids = [encode_prompt(tokenizer, p, chat) for p in prompts]
+    rows, steps = decode_steps(model, tokenizer, ids, config, control)
+    for _ in steps:
+        pass
+    texts = tokenizer.batch_decode(rows.out, skip_special_tokens=True)
+    return GenerateResult(rows.out, texts, rows.conf, rows.stats)
+
+
+def stream(model, tokenizer, prompt: str, config: DecodeConfig,
+           control: TauControl | None = None, chat: bool = True) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward for a single prompt (index 0 of each field).
+
+    Pass a `TauControl` to change tau (or stop) while the iterator runs.
+    """
+    check_prompts([prompt])
+    if control is not None:
+        check_tau(control.tau, config.metric)
+    ids = [encode_prompt(tokenizer, prompt, chat)]
+    _, steps = decode_steps(model, tokenizer, ids, config, control)
+    yield from steps

@@ -1,0 +1,138 @@
+"""Load any Hugging Face causal LM (a local folder or a hub id) ready for MARS decoding.
+
+- `attn_implementation="sdpa"`: under eager attention a boolean 4-D mask is silently ignored.
+- The released MARS checkpoints declare `model_type: "a2d-qwen2"`, a name only the authors'
+  code registers; their weights are plain Qwen2, so the config is read as `qwen2` and no
+  remote code runs.
+- The tokenizer always ends up with a mask token; embeddings are resized only when its id
+  does not fit.
+- Weights load from safetensors only; remote code only when the caller asks for it.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
+
+from .prompts import MASK_TOKEN
+
+ALIASES = {"a2d-qwen2": Qwen2Config}
+QUANTIZATION = (None, "8bit", "4bit")
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> torch.dtype:
+    if str(device).startswith("cuda") and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def _is_local(name: str) -> bool:
+    """A hub id is exactly `owner/name`; anything else that looks like a path is a path."""
+    if os.path.exists(name):
+        return True
+    path_like = name.startswith(("/", ".", "~")) or name.count("/") != 1 or "\\" in name
+    if path_like:
+        raise ValueError(f"model path {name!r} does not exist (give a folder with config.json, or a hub id owner/name)")
+    return False
+
+
+def _read_config(name: str, local: bool, **hub_kwargs) -> dict:
+    if local:
+        path = os.path.join(name, "config.json")
+        if not os.path.isfile(path):
+            raise ValueError(f"{name!r} is not a model folder: it has no config.json")
+    else:
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(name, "config.json", **hub_kwargs)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _aliased_config(raw: dict):
+    """A stock config object for checkpoints whose model_type only remote code knows."""
+    cls = ALIASES.get(raw.get("model_type"))
+    if cls is None:
+        return None
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "auto_map")}
+    return cls(**fields)
+
+
+def _load_tokenizer(name: str, trust_remote_code: bool):
+    try:
+        return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (ValueError, KeyError):
+        # AutoTokenizer may consult config.json and stumble on an unknown model_type
+        return PreTrainedTokenizerFast.from_pretrained(name)
+
+
+def ensure_mask_token(model, tokenizer) -> int:
+    """Give the tokenizer a mask token (reusing `<|mask|>` when the vocabulary has it) and make
+    sure the embedding matrix has a row for it. Returns the mask id."""
+    if tokenizer.mask_token is None:
+        tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})
+    mask_id = tokenizer.mask_token_id
+    rows = model.get_input_embeddings().weight.shape[0]
+    if mask_id >= rows:
+        if getattr(model, "is_quantized", False):
+            raise ValueError("the mask token needs a new embedding row, which a quantized model cannot add; "
+                             "load it unquantized once and save it")
+        model.resize_token_embeddings(len(tokenizer))
+    return mask_id
+
+
+def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, device: str | None = None,
+               quantization: str | None = None, trust_remote_code: bool = False):
+    """Return `(model, tokenizer)` in eval mode, with a mask token, ready for `generate`.
+
+    name_or_path: a local folder or a hub id. dtype: default fp32 on CPU, bf16 on a GPU that
+    has it. quantization: None, "8bit" or "4bit" (bitsandbytes).
+    """
+    if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
+        raise ValueError("name_or_path must be a non-empty folder path or hub id")
+    name = os.path.expanduser(str(name_or_path))
+    if quantization not in QUANTIZATION:
+        raise ValueError(f"quantization must be one of {QUANTIZATION}, got {quantization!r}")
+    device = device or default_device()
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None) if dtype != "auto" else default_dtype(device)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError("dtype must be a torch dtype or one of 'float32', 'bfloat16', 'float16', 'auto'")
+    dtype = dtype or default_dtype(device)
+    local = _is_local(name)
+    try:
+        raw = _read_config(name, local)
+        kwargs = dict(dtype=dtype, attn_implementation="sdpa", use_safetensors=True,
+                      trust_remote_code=trust_remote_code)
+        config = _aliased_config(raw)
+        if config is not None:
+            kwargs["config"] = config
+        if quantization is not None:
+            kwargs["quantization_config"] = _bnb_config(quantization, dtype)
+            kwargs["device_map"] = device
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        tokenizer = _load_tokenizer(name, trust_remote_code)
+    except ValueError:
+        raise
+    except Exception as e:  # network, missing files, corrupt weights: one clear message
+        where = "folder" if local else "hub id (is there a network?)"
+        raise ValueError(f"could not load model from {where} {name!r}: {type(e).__name__}: {e}") from e
+    if quantization is None:
+        model.to(device)
+    model.eval()
+    ensure_mask_token(model, tokenizer)
+    return model, tokenizer
+
+
+def _bnb_config(quantization: str, dtype: torch.dtype):
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")

@@ -1,0 +1,1 @@
+"""Training utilities: synthetic task data and tokenizer construction."""
