@@ -8,7 +8,6 @@ import pytest
 from training import synthetic
 from training.synthetic import extract_answer, make_examples, score
 
-EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 
 
 @pytest.fixture(scope="module")
@@ -70,21 +69,41 @@ def test_family_proportions(train):
     assert sum(counts.values()) == len(train)
 
 
+STEP = re.compile(r"so (\d+) ([-+*/]) (\d+)\b(.*)\.$")
+
+
+def check_chain(equation: str) -> int:
+    """Every side of `a = b = c` evaluates to the same integer; returns it."""
+    values = set()
+    for side in equation.split(" = "):
+        assert re.fullmatch(r"[\d +*/-]+", side), side
+        value = eval(side.replace("/", "//"))  # noqa: S307 - digits and operators only
+        if "/" in side:
+            a, b = (int(t) for t in side.split(" / "))
+            assert a % b == 0
+        values.add(value)
+    assert len(values) == 1, equation
+    return values.pop()
+
+
 def test_arithmetic_solutions_are_exact_and_in_range(train):
     arithmetic = [ex for ex in train if ex["family"] == "arithmetic"]
     step_counts = set()
     for ex in arithmetic:
-        steps = EQUATION.findall(solution(ex))
-        step_counts.add(len(steps))
+        lines = solution(ex).splitlines()[:-1]
+        step_counts.add(len(lines))
         previous = None
-        for a, op, b, result in steps:
-            a, b, result = int(a), int(b), int(result)
-            assert a >= 10 and b >= 10, solution(ex)
-            assert 10 <= result < 10_000
+        for line in lines:
+            a, op, b, _ = STEP.search(line).groups()
+            a, b = int(a), int(b)
+            assert a >= 10 and b >= 10, line
+            work = line[line.index("so ") + 3: -1]
+            for part in re.split(r": |, (?:so )?", work):  # division shows several equations
+                result = check_chain(part)
             expected = {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
-            assert result == expected
+            assert result == expected and 10 <= result < 10_000, line
             if op == "/":
-                assert a % b == 0
+                assert a % b == 0 and result < 100
             if previous is not None:  # each step continues from the last
                 assert a == previous
             previous = result

@@ -93,7 +93,7 @@ def test_examples_are_short(saved):
     tokenizer, _ = saved
     lengths = sorted(len(tok.chat_ids(tokenizer, ex["messages"])) for ex in make_examples(500, 1, "eval"))
     assert lengths[len(lengths) // 2] < 200  # a typical example
-    assert lengths[int(0.95 * len(lengths))] < 200
+    assert lengths[int(0.95 * len(lengths))] < 260  # shown multiplication/division work
 
 
 def test_bad_input_raises():

@@ -14,7 +14,7 @@ Families and their fixed share of every call to :func:`make_examples`:
 
 * ``arithmetic`` (60%): word problems with 1-3 operations out of add,
   subtract, multiply and divide. Start values are 10..300, added or
-  subtracted amounts 10..99, multipliers and divisors 12..30; every operand
+  subtracted amounts 10..99, multipliers and divisors 12..30 (quotients below 100); every operand
   and intermediate value lies in 10..9999 and divisions are exact. Each
   step line reads ``Tom had 45 and got 23 more, so 45 + 23 = 68.`` (the
   object is not repeated, to keep 3-step examples under 200 tokens).
@@ -164,13 +164,34 @@ QUESTION_TEMPLATES = (
     "What is the final number of {obj}?",
     "How many {obj} are there in the end?",
 )
-# One fixed solution line per operation, whatever the question's wording.
+# One fixed solution line per operation, whatever the question's wording. Multiplication and
+# division are written out in the small steps a few-million-parameter model can learn (a
+# two-digit factor split into tens and units; division as two rounds of "largest multiple,
+# remainder"), the way a student shows work, instead of one opaque "287 * 26 = 7462".
 STEP_TEMPLATES = {
-    "add": "{name} had {x} and got {n} more, so {x} + {n} = {y}.",
-    "sub": "{name} had {x} and lost {n}, so {x} - {n} = {y}.",
-    "mul": "{name} had {x}, then {n} times as many, so {x} * {n} = {y}.",
-    "div": "{name} had {x}, split into {n} equal parts, so {x} / {n} = {y}.",
+    "add": "{name} had {x} and got {n} more, so {work}.",
+    "sub": "{name} had {x} and lost {n}, so {work}.",
+    "mul": "{name} had {x}, then {n} times as many, so {work}.",
+    "div": "{name} had {x}, split into {n} equal parts, so {work}.",
 }
+
+
+def _work(op: str, x: int, n: int) -> str:
+    """The shown computation of ``x op n``, ending in ``= result``."""
+    y = _apply(op, x, n)
+    if op in ("add", "sub"):
+        return f"{x} {SYMBOLS[op]} {n} = {y}"
+    if op == "mul":
+        tens, units = n - n % 10, n % 10
+        if units == 0:
+            return f"{x} * {n} = {y}"
+        return f"{x} * {n} = {x} * {tens} + {x} * {units} = {x * tens} + {x * units} = {y}"
+    q_tens, q_units = y - y % 10, y % 10  # y < 100 (see _operand)
+    rest = x - n * q_tens
+    return (f"{x} / {n}: {n} * {q_tens} = {n * q_tens}, {x} - {n * q_tens} = {rest}, "
+            f"{n} * {q_units} = {rest}, so {x} / {n} = {y}")
+
+
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
@@ -191,7 +212,7 @@ def _operand(rng: random.Random, op: str, x: int) -> int | None:
         return rng.randint(FACTOR_RANGE[0], hi) if hi >= FACTOR_RANGE[0] else None
     divisors = [
         k for k in range(FACTOR_RANGE[0], FACTOR_RANGE[1] + 1)
-        if x % k == 0 and x // k >= MIN_VALUE
+        if x % k == 0 and MIN_VALUE <= x // k < 100  # a two-digit quotient: two rounds of work
     ]
     return rng.choice(divisors) if divisors else None
 
@@ -240,7 +261,7 @@ def make_arithmetic(rng: random.Random) -> Problem:
     for op, n in zip(ops, operands):
         sentences.append(rng.choice(OP_TEMPLATES[op]).format(name=name, n=n, obj=obj))
         y = _apply(op, x, n)
-        steps.append(STEP_TEMPLATES[op].format(name=name, x=x, n=n, y=y))
+        steps.append(STEP_TEMPLATES[op].format(name=name, x=x, n=n, work=_work(op, x, n)))
         x = y
     sentences.append(rng.choice(QUESTION_TEMPLATES).format(name=name, obj=obj))
 

@@ -1,0 +1,44 @@
+"""The evaluation writes its JSON and frontier figure, and reports what it measured."""
+import json
+
+import pytest
+
+from conftest import make_model
+from training.evaluate import main, summary_table
+from training.synthetic import make_examples
+from training.tokenizer import build_tokenizer, corpus_from_examples
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    tok = build_tokenizer(corpus_from_examples(make_examples(200, 0)), 300)
+    model = make_model("qwen2", len(tok), head_scale=20.0)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_evaluate_writes_json_and_figure(model_dir, tmp_path):
+    out = tmp_path / "eval"
+    rc = main(["--model", model_dir, "--ar-model", model_dir, "--n", "6", "--taus", "1.0,0.5",
+               "--block-sizes", "2,4", "--max-new-tokens", "12", "--batch-size", "4", "--output", str(out)])
+    assert rc == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert (out / "frontier.html").stat().st_size > 1000
+    runs = result["runs"]
+    assert [r["mode"] for r in runs] == ["ar", "ar"] + ["mars"] * 4
+    for r in runs:
+        assert 0 <= r["accuracy"] <= 1 and set(r["accuracy_by_family"]) <= {"arithmetic", "units", "lists"}
+        assert r["tokens"] > 0 and r["tokens_per_forward"] >= 1.0
+    tau1 = [r for r in runs if r["mode"] == "mars" and r["tau"] == 1.0]
+    assert all(r["matches_ar"] == 1.0 and r["tokens_per_forward"] == 1.0 for r in tau1)
+    assert "| mars | mars | 4 | 0.5 |" in summary_table(result)
+
+
+def test_evaluate_rejects_bad_input(model_dir, tmp_path, capsys):
+    assert main(["--model", str(tmp_path / "nope"), "--n", "2", "--output", str(tmp_path)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["--model", model_dir, "--taus", "1.5", "--n", "2", "--output", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit):
+        main(["--model", model_dir, "--taus", "abc", "--output", str(tmp_path)])

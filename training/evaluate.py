@@ -1,0 +1,201 @@
+"""Evaluation: accuracy, tokens per forward and tokens/s of AR and MARS over a tau sweep.
+
+    python -m training.evaluate --model runs/mars --ar-model runs/ar --n 500 --output runs/eval
+
+writes `eval.json` and the speed-quality frontier (`frontier.html`, and `frontier.png` where
+plotly's image export works) in the shape of the paper's Figure 3. Every run decodes the same
+held-out problems with the same `max_new_tokens`, greedy unless told otherwise, one after the
+other in one process after a warm-up. Tokens per forward are counted, not estimated.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, replace
+
+import torch
+
+from mars_core import DecodeConfig, generate, load_model
+from training.synthetic import make_examples, score
+
+DEFAULT_TAUS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
+
+
+def run_one(model, tok, examples: list[dict], cfg: DecodeConfig, batch_size: int) -> dict:
+    """Decode every example's question; return accuracy (overall, per family) and speed."""
+    prompts = [ex["messages"][0]["content"] for ex in examples]
+    texts, ids, tokens, row_forwards, forwards, seconds = [], [], 0, 0, 0, 0.0
+    for i in range(0, len(prompts), batch_size):
+        res = generate(model, tok, prompts[i:i + batch_size], cfg)
+        texts += res.texts
+        ids += res.token_ids
+        tokens += res.stats.tokens
+        row_forwards += res.stats.row_forwards
+        forwards += res.stats.forwards
+        seconds += res.stats.seconds
+    correct = [score(t, ex["answer"]) for t, ex in zip(texts, examples)]
+    by_family = defaultdict(list)
+    for ok, ex in zip(correct, examples):
+        by_family[ex["family"]].append(ok)
+    return {
+        "mode": cfg.mode, "tau": cfg.tau, "block_size": cfg.effective_block_size,
+        "metric": cfg.metric, "cache": cfg.cache,
+        "accuracy": sum(correct) / len(correct),
+        "accuracy_by_family": {f: sum(v) / len(v) for f, v in sorted(by_family.items())},
+        "tokens": tokens, "forwards": forwards, "row_forwards": row_forwards,
+        "tokens_per_forward": tokens / max(row_forwards, 1),
+        "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
+        "_ids": ids, "_texts": texts,
+    }
+
+
+def sweep(model, tok, examples, taus, block_sizes, base: DecodeConfig, batch_size: int, label: str):
+    """AR, then MARS at each (block size, tau), on one model. Adds `matches_ar` per MARS run:
+    the fraction of problems whose output equals this model's own AR output token for token."""
+    ar = run_one(model, tok, examples, replace(base, mode="ar"), batch_size)
+    runs = [dict(ar, model=label)]
+    for B in block_sizes:
+        for tau in taus:
+            r = run_one(model, tok, examples, replace(base, mode="mars", tau=tau, block_size=B), batch_size)
+            r["matches_ar"] = sum(a == b for a, b in zip(r["_ids"], ar["_ids"])) / len(examples)
+            runs.append(dict(r, model=label))
+    return runs
+
+
+def evaluate(models: dict[str, str], n: int = 500, seed: int = 0, taus=DEFAULT_TAUS, block_sizes=(4,),
+             base: DecodeConfig | None = None, batch_size: int = 32, device: str = "cpu",
+             samples: int = 3) -> dict:
+    """`models` maps a label to a folder / hub id. The first AR-only entry may be the AR
+    baseline: label it "ar-baseline" to skip its MARS sweep."""
+    base = base or DecodeConfig(max_new_tokens=256, cache="sliding")
+    examples = make_examples(n, seed, "eval")
+    out = {"n": n, "seed": seed, "split": "eval", "base_config": asdict(base), "batch_size": batch_size,
+           "torch_threads": torch.get_num_threads(), "runs": [], "samples": []}
+    for label, path in models.items():
+        model, tok = load_model(path, device=device)
+        generate(model, tok, [examples[0]["messages"][0]["content"]], replace(base, max_new_tokens=8))  # warm-up
+        only_ar = label == "ar-baseline"
+        runs = sweep(model, tok, examples, taus, () if only_ar else block_sizes, base, batch_size, label)
+        for r in runs:
+            if r["mode"] == "mars" and r["tau"] in (1.0, 0.95) or r["mode"] == "ar":
+                out["samples"] += [{"model": label, "mode": r["mode"], "tau": r["tau"],
+                                    "question": ex["messages"][0]["content"], "output": t}
+                                   for ex, t in zip(examples[:samples], r["_texts"][:samples])]
+            out["runs"].append({k: v for k, v in r.items() if not k.startswith("_")})
+    return out
+
+
+def frontier_figure(result: dict):
+    """Accuracy and tokens/s against tokens per forward, one line per (model, block size)."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Accuracy vs tokens per forward",
+                                                        "Tokens/s vs tokens per forward"))
+    groups = defaultdict(list)
+    for r in result["runs"]:
+        key = f"{r['model']} AR" if r["mode"] == "ar" else f"{r['model']} MARS B={r['block_size']}"
+        groups[key].append(r)
+    for key, runs in groups.items():
+        runs.sort(key=lambda r: r["tokens_per_forward"])
+        x = [r["tokens_per_forward"] for r in runs]
+        text = ["AR" if r["mode"] == "ar" else f"τ={r['tau']}" for r in runs]
+        mode = "markers+text" if len(runs) == 1 else "lines+markers+text"
+        fig.add_scatter(x=x, y=[100 * r["accuracy"] for r in runs], text=text, textposition="top center",
+                        mode=mode, name=key, legendgroup=key, row=1, col=1)
+        fig.add_scatter(x=x, y=[r["tokens_per_second"] for r in runs], text=text, textposition="top center",
+                        mode=mode, name=key, legendgroup=key, showlegend=False, row=1, col=2)
+    fig.update_xaxes(title_text="tokens per forward")
+    fig.update_yaxes(title_text="exact-answer accuracy (%)", row=1, col=1)
+    fig.update_yaxes(title_text="tokens / s", row=1, col=2)
+    fig.update_layout(title=f"Speed-quality frontier ({result['n']} held-out problems)", height=450, width=1000)
+    return fig
+
+
+def write_outputs(result: dict, output_dir: str) -> dict:
+    """eval.json and frontier.html (+ frontier.png when image export works) in output_dir."""
+    os.makedirs(output_dir, exist_ok=True)
+    paths = {"json": os.path.join(output_dir, "eval.json"), "html": os.path.join(output_dir, "frontier.html")}
+    tmp = paths["json"] + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    os.replace(tmp, paths["json"])
+    fig = frontier_figure(result)
+    fig.write_html(paths["html"], include_plotlyjs="cdn")
+    try:  # kaleido needs a Chrome; export is a bonus, the HTML is the figure
+        fig.write_image(os.path.join(output_dir, "frontier.png"))
+        paths["png"] = os.path.join(output_dir, "frontier.png")
+    except Exception as e:  # noqa: BLE001 - any export failure just means no PNG
+        paths["png_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return paths
+
+
+def summary_table(result: dict) -> str:
+    """A markdown table of the runs."""
+    lines = ["| model | mode | B | tau | accuracy | T/F | tokens/s | = AR |", "|---|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        tau = "-" if r["mode"] == "ar" else f"{r['tau']}"
+        same = f"{100 * r['matches_ar']:.0f}%" if "matches_ar" in r else "-"
+        lines.append(f"| {r['model']} | {r['mode']} | {r['block_size']} | {tau} | {100 * r['accuracy']:.1f}% "
+                     f"| {r['tokens_per_forward']:.2f} | {r['tokens_per_second']:.0f} | {same} |")
+    return "\n".join(lines)
+
+
+def parse_floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def parse_ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="MARS model folder or hub id (AR and MARS sweep)")
+    p.add_argument("--ar-model", help="AR baseline folder or hub id (AR only), for comparison")
+    p.add_argument("--n", type=int, default=500, help="held-out synthetic problems (default 500)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the eval split (default 0)")
+    p.add_argument("--taus", type=parse_floats, default=DEFAULT_TAUS, help="comma-separated tau sweep")
+    p.add_argument("--block-sizes", type=parse_ints, default=(4,), help="comma-separated MARS block sizes")
+    p.add_argument("--metric", default="probability", choices=("probability", "entropy", "margin"))
+    p.add_argument("--cache", default="sliding", choices=("none", "sliding", "block"))
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=32, help="prompts decoded together")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--output", required=True, help="folder for eval.json and frontier.html/png")
+    a = p.parse_args(argv)
+    if a.n < 1:
+        p.error("--n must be >= 1")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    try:
+        base = DecodeConfig(max_new_tokens=a.max_new_tokens, cache=a.cache, metric=a.metric)
+        for t in a.taus:
+            replace(base, tau=t)
+        models = {"ar-baseline": a.ar_model} if a.ar_model else {}
+        models["mars"] = a.model
+        t0 = time.perf_counter()
+        result = evaluate(models, a.n, a.seed, a.taus, a.block_sizes, base, a.batch_size, a.device)
+        result["wall_seconds"] = time.perf_counter() - t0
+        paths = write_outputs(result, a.output)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(summary_table(result))
+    print("\n" + "\n".join(f"{k}: {v}" for k, v in paths.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
