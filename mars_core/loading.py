@@ -64,7 +64,20 @@ def _aliased_config(raw: dict):
     return cls(**fields)
 
 
-def _load_tokenizer(name: str, trust_remote_code: bool):
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _load_tokenizer(name: str, local: bool, trust_remote_code: bool):
+    """The tokenizer the folder declares. A folder saved from a plain `tokenizers` object says
+    `TokenizersBackend`; AutoTokenizer would swap in the model type's own class (Qwen2's
+    pre-tokenizer, extra specials) for a qwen2 folder, which is not the tokenizer it was trained with."""
+    declared = None
+    path = os.path.join(name, "tokenizer_config.json")
+    if local and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            declared = json.load(f).get("tokenizer_class")
+    if declared in GENERIC_TOKENIZERS:
+        return PreTrainedTokenizerFast.from_pretrained(name)
     try:
         return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (ValueError, KeyError):
@@ -117,7 +130,7 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
             kwargs["quantization_config"] = _bnb_config(quantization, dtype)
             kwargs["device_map"] = device
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
-        tokenizer = _load_tokenizer(name, trust_remote_code)
+        tokenizer = _load_tokenizer(name, local, trust_remote_code)
     except ValueError:
         raise
     except Exception as e:  # network, missing files, corrupt weights: one clear message

@@ -1,0 +1,204 @@
+"""Build the bundled default models from scratch: tokenizer, AR SFT, MARS, ablations, evaluation,
+model cards. Every step is skipped when its output is complete, so re-running the same command
+after an interruption resumes where it stopped (inside a training stage, from its last checkpoint).
+
+    python -m training.build_default --output runs/default            # the full recipe (CPU, ~2 h)
+    python -m training.build_default --smoke --output /tmp/smoke       # the same chain in minutes
+
+Outputs in OUTPUT: tokenizer/, tiny-ar-sft/, tiny-mars-b4/ (standard HF folders with a model
+card each), ablations/, eval/ (eval.json, frontier.html, ablations.json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, replace
+
+import torch
+
+from mars_core import DecodeConfig
+from training.evaluate import evaluate, summary_table, write_outputs
+from training.synthetic import make_examples
+from training.tokenizer import build_tokenizer, corpus_from_examples
+from training.train import TrainConfig, train
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The knobs of one build. `full()` is the bundled models' recipe, `smoke()` a minute-scale copy."""
+
+    vocab_size: int
+    tokenizer_examples: int
+    model_config: str
+    train_examples: int
+    max_length: int
+    batch_size: int
+    ar_steps: int
+    ar_lr: float
+    mars_steps: int
+    mars_lr: float
+    block_size: int
+    ablation_block_sizes: tuple[int, ...]
+    eval_n: int
+    eval_taus: tuple[float, ...]
+    max_new_tokens: int
+    save_every: int
+    seed: int = 0
+
+    @staticmethod
+    def full() -> "Recipe":
+        # Sized to about 2 hours on this 2-core CPU (AR ~6,500 training tokens/s, MARS ~2,600):
+        # AR ~45 min, each of the three MARS runs ~19 min, evaluation ~10 min. A first try with
+        # 1,600 AR steps of 16 examples reached 5% accuracy: the model needs the longer schedule.
+        return Recipe(vocab_size=512, tokenizer_examples=20000, model_config="tiny", train_examples=150000,
+                      max_length=320, batch_size=32, ar_steps=5000, ar_lr=2e-3, mars_steps=900, mars_lr=5e-4,
+                      block_size=4, ablation_block_sizes=(4, 8), eval_n=500,
+                      eval_taus=(1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5), max_new_tokens=256, save_every=200)
+
+    @staticmethod
+    def smoke() -> "Recipe":
+        return Recipe(vocab_size=300, tokenizer_examples=500, model_config="micro", train_examples=600,
+                      max_length=320, batch_size=8, ar_steps=12, ar_lr=3e-3, mars_steps=8, mars_lr=1e-3,
+                      block_size=4, ablation_block_sizes=(4,), eval_n=12, eval_taus=(1.0, 0.9, 0.5),
+                      max_new_tokens=48, save_every=5)
+
+
+def complete(folder: str) -> bool:
+    """A training output is complete once its final model and record are written."""
+    record = os.path.join(folder, "training_config.json")
+    if not (os.path.isfile(os.path.join(folder, "model.safetensors")) and os.path.isfile(record)):
+        return False
+    with open(record, encoding="utf-8") as f:
+        return json.load(f).get("status") == "finished"
+
+
+def stage(cfg: TrainConfig, log) -> dict:
+    """Train one stage unless done; resume from its checkpoints when a previous try stopped."""
+    if complete(cfg.output):
+        log(f"[skip] {cfg.output} is complete")
+        with open(os.path.join(cfg.output, "training_config.json"), encoding="utf-8") as f:
+            return json.load(f)
+    resume = os.path.isdir(os.path.join(cfg.output, "checkpoints")) and any(
+        n.startswith("step-") for n in os.listdir(os.path.join(cfg.output, "checkpoints")))
+    log(f"[train] {cfg.stage} -> {cfg.output}{' (resuming)' if resume else ''}")
+    summary = train(replace(cfg, resume=resume, overwrite=not resume))
+    if summary["status"] != "finished":
+        raise KeyboardInterrupt(f"{cfg.output} stopped ({summary['status']}); re-run the same command to resume")
+    return summary
+
+
+def build(output: str, recipe: Recipe, threads: int | None = None, log=print) -> dict:
+    os.makedirs(output, exist_ok=True)
+    t0 = time.perf_counter()
+    tok_dir = os.path.join(output, "tokenizer")
+    if not os.path.isfile(os.path.join(tok_dir, "tokenizer.json")):
+        log("[tokenizer] training BPE")
+        corpus = corpus_from_examples(make_examples(recipe.tokenizer_examples, recipe.seed + 1000, "train"))
+        build_tokenizer(corpus, recipe.vocab_size, tok_dir)
+    common = dict(data="synthetic", num_examples=recipe.train_examples, data_seed=recipe.seed,
+                  max_length=recipe.max_length, batch_size=recipe.batch_size, save_every=recipe.save_every,
+                  seed=recipe.seed, threads=threads, mixed_precision="auto")
+    ar_dir = os.path.join(output, "tiny-ar-sft")
+    summaries = {"ar": stage(TrainConfig(stage="ar", output=ar_dir, tokenizer=tok_dir,
+                                         model_config=recipe.model_config, max_steps=recipe.ar_steps,
+                                         lr=recipe.ar_lr, **common), log)}
+
+    def mars(name: str, B: int, ar_weight: float) -> str:
+        out = os.path.join(output, name)
+        summaries[name] = stage(TrainConfig(stage="mars", output=out, init=ar_dir, block_size=B,
+                                            ar_weight=ar_weight, max_steps=recipe.mars_steps,
+                                            lr=recipe.mars_lr, **common), log)
+        return out
+
+    mars_dir = mars(f"tiny-mars-b{recipe.block_size}", recipe.block_size, 1.0)
+    log("[eval] AR baseline and MARS tau sweep")
+    base = DecodeConfig(max_new_tokens=recipe.max_new_tokens, cache="sliding")
+    eval_dir = os.path.join(output, "eval")
+    result = cached_eval(os.path.join(eval_dir, "eval.json"), lambda: evaluate(
+        {"ar-baseline": ar_dir, "mars": mars_dir}, recipe.eval_n, recipe.seed, recipe.eval_taus,
+        (recipe.block_size,), base))
+    write_outputs(result, eval_dir)
+    from training.model_card import write_cards
+
+    write_cards(output, recipe, summaries, result, [])  # the main models are usable from here on
+    log(summary_table(result))
+    # Ablation "w/o SFT loss" at each block size: same steps and learning rate as the main run.
+    ablation_runs = []
+    for B in recipe.ablation_block_sizes:
+        label, name = f"MARS w/o SFT loss B={B}", f"ablations/mars-b{B}-no-sft"
+        path = mars(name, B, 0.0)
+        log(f"[eval] ablation {label}")
+        r = cached_eval(os.path.join(output, name, "eval.json"), lambda: evaluate(
+            {label: path}, recipe.eval_n, recipe.seed, (1.0, 0.95), (B,), base))
+        ablation_runs += r["runs"]
+    with open(os.path.join(eval_dir, "ablations.json"), "w", encoding="utf-8") as f:
+        json.dump({"runs": ablation_runs}, f, indent=2)
+    record = {"recipe": recipe.__dict__, "summaries": summaries, "build_seconds": time.perf_counter() - t0,
+              "torch_threads": torch.get_num_threads()}
+    with open(os.path.join(output, "build.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, default=str)
+    write_cards(output, recipe, summaries, result, ablation_runs)
+    log(summary_table({"runs": ablation_runs}))
+    return record
+
+
+def cached_eval(path: str, run) -> dict:
+    """Evaluation results survive an interrupted build: reuse `path` when it exists."""
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    result = run()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    os.replace(path + ".tmp", path)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.build_default", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output", required=True, help="folder for every artefact of the build")
+    p.add_argument("--smoke", action="store_true", help="the same chain on a micro model and little data")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--install", metavar="ASSETS_DIR",
+                   help="after the build, copy the two model folders here (e.g. assets/models)")
+    a = p.parse_args(argv)
+    recipe = Recipe.smoke() if a.smoke else Recipe.full()
+    try:
+        build(a.output, recipe, a.threads)
+    except KeyboardInterrupt as e:
+        print(f"stopped: {e}", file=sys.stderr)
+        return 130
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if a.install:
+        for name in ("tiny-ar-sft", f"tiny-mars-b{recipe.block_size}"):
+            install(os.path.join(a.output, name), os.path.join(a.install, name))
+    return 0
+
+
+SHIPPED = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+           "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+           "training_config.json", "README.md", "frontier.html", "frontier.png", "eval.json")
+
+
+def install(src: str, dst: str) -> None:
+    """Copy a model folder's shippable files (no checkpoints, no logs) into the assets tree."""
+    tmp = dst + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for name in SHIPPED:
+        if os.path.isfile(os.path.join(src, name)):
+            shutil.copy2(os.path.join(src, name), os.path.join(tmp, name))
+    shutil.rmtree(dst, ignore_errors=True)
+    os.replace(tmp, dst)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

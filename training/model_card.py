@@ -1,0 +1,104 @@
+"""Model cards for the bundled models, written from what the build measured (nothing typed in)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+from training.evaluate import summary_table
+
+
+def _family_table(runs: list[dict]) -> str:
+    families = sorted({f for r in runs for f in r["accuracy_by_family"]})
+    head = "| run | " + " | ".join(families) + " | all |\n|---|" + "---|" * (len(families) + 1)
+    rows = []
+    for r in runs:
+        name = f"{r['model']} {r['mode']}" + ("" if r["mode"] == "ar" else f" B={r['block_size']} τ={r['tau']}")
+        cells = " | ".join(f"{100 * r['accuracy_by_family'].get(f, 0):.1f}%" for f in families)
+        rows.append(f"| {name} | {cells} | {100 * r['accuracy']:.1f}% |")
+    return head + "\n" + "\n".join(rows)
+
+
+def _training_lines(summaries: dict) -> str:
+    lines = ["| stage | output | steps | lr | block size | ar_weight | time | tokens/s | peak memory |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in summaries.items():
+        lines.append(f"| {s['stage']} | {name} | {s['steps']} | {s['lr']} | {s.get('block_size') or '-'} | "
+                     f"{s.get('ar_weight') if s.get('ar_weight') is not None else '-'} | "
+                     f"{s['seconds'] / 60:.1f} min | {s['tokens_per_s']:.0f} | {s['peak_memory_mb']:.0f} MB |")
+    return "\n".join(lines)
+
+
+def card(title: str, summary: str, recipe, summaries: dict, result: dict, ablations: list[dict]) -> str:
+    r = recipe
+    main_runs = [x for x in result["runs"] if x["mode"] == "ar" or x["tau"] in (1.0, 0.95)]
+    return f"""---
+license: apache-2.0
+library_name: transformers
+pipeline_tag: text-generation
+tags: [mars, multi-token-prediction, qwen2, synthetic]
+---
+
+# {title}
+
+{summary}
+
+Built from scratch on a 2-core CPU by this repository's own pipeline:
+
+```bash
+python -m training.build_default --output runs/default --install assets/models
+```
+
+## Recipe
+
+- Architecture: stock `Qwen2ForCausalLM`, preset `{r.model_config}`
+  ({summaries['ar']['num_parameters']:,} parameters), our byte-level BPE tokenizer
+  (vocabulary {r.vocab_size}, every digit its own token, `<|mask|>` added), chat template
+  `<|user|>\\n...<|end|>\\n<|assistant|>\\n`.
+- Data: `training.synthetic` train split, {r.train_examples:,} examples (seed {r.seed}): 60% multi-step
+  arithmetic word problems, 20% unit conversions, 20% list manipulation; answers end in `#### <answer>`.
+- Stage 1 (AR SFT): {r.ar_steps} steps, batch {r.batch_size}, AdamW lr {r.ar_lr}, cosine with 3% warm-up.
+- Stage 2 (MARS): from stage 1, block size {r.block_size}, `ar_weight` 1 (the SFT loss),
+  {r.mars_steps} steps, lr {r.mars_lr}. Ablations: the same with `ar_weight` 0 ("w/o SFT loss").
+- Seeds: data {r.seed}, training {r.seed}, evaluation split `eval` seed {r.seed} (disjoint from train).
+
+{_training_lines(summaries)}
+
+## Results ({result['n']} held-out problems, greedy, max {r.max_new_tokens} new tokens, sliding KV cache, batch {result['batch_size']})
+
+T/F = tokens per forward per sequence (counted). "= AR": share of problems whose MARS output equals
+this model's own AR output token for token. Tokens/s are this CPU's, batch {result['batch_size']}, and are
+not the benchmark (see `python -m mars_core.bench`).
+
+{summary_table(result)}
+
+Per task family:
+
+{_family_table(main_runs)}
+
+### Ablation: MARS without the SFT loss (`ar_weight = 0`)
+
+{summary_table({"runs": ablations}) if ablations else "not run"}
+
+The speed-quality frontier: `frontier.html` (and `frontier.png` where it could be exported).
+"""
+
+
+def write_cards(output: str, recipe, summaries: dict, result: dict, ablations: list[dict]) -> None:
+    ar_name, mars_name = "tiny-ar-sft", f"tiny-mars-b{recipe.block_size}"
+    texts = {
+        ar_name: ("tiny-ar-sft: the AR baseline",
+                  "A few-million-parameter causal LM trained with plain AR SFT on the synthetic tasks: the "
+                  "baseline of MARS Playground and the starting point of its MARS fine-tune."),
+        mars_name: (f"{mars_name}: MARS fine-tune (block size {recipe.block_size})",
+                    "The AR baseline fine-tuned with MARS (Mask AutoRegression): the same stock Qwen2 "
+                    "architecture, no new parameters, emitting several tokens per forward when confident "
+                    "and exactly AR at tau = 1."),
+    }
+    eval_dir = os.path.join(output, "eval")
+    for name, (title, summary) in texts.items():
+        folder = os.path.join(output, name)
+        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
+            f.write(card(title, summary, recipe, summaries, result, ablations))
+        for extra in ("eval.json", "frontier.html", "frontier.png"):
+            if os.path.isfile(os.path.join(eval_dir, extra)):
+                shutil.copy2(os.path.join(eval_dir, extra), os.path.join(folder, extra))
