@@ -96,3 +96,13 @@ def test_bad_quantization(tmp_path, tokenizer):
     save(tmp_path, tokenizer)
     with pytest.raises(ValueError, match="quantization"):
         load_model(str(tmp_path), device="cpu", quantization="3bit")
+
+
+def test_a_saved_tokenizer_comes_back_as_itself(tmp_path, tokenizer):
+    """AutoTokenizer would rebuild a qwen2 folder's tokenizer as Qwen2Tokenizer (other
+    pre-tokenizer, extra specials); the loader keeps the class the folder declares."""
+    save(tmp_path, tokenizer)
+    _, tok = load_model(str(tmp_path), device="cpu")
+    assert len(tok) == len(tokenizer) and type(tok).__name__ == type(tokenizer).__name__
+    text = "Tom has 12 apples. <|end|>"
+    assert tok(text)["input_ids"] == tokenizer(text)["input_ids"]
