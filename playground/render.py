@@ -1,0 +1,183 @@
+"""HTML for the playground: tokens coloured by the forward pass that produced them, counters,
+the legend, the live accepted-tokens-per-step chart and the AR/MARS agreement line.
+
+Pure functions of what `mars_core.stream` reported; no decoding happens here.
+"""
+from __future__ import annotations
+
+import html
+
+HUES = (212, 28)  # alternating per step: blue, orange
+REPLACEMENT = "\ufffd"
+
+
+def step_colour(step: int, n: int, block: int) -> tuple[str, str]:
+    """(background, text colour) for a step that accepted `n` of `block` predictions: the hue
+    alternates with the step, the colour deepens with the number of tokens accepted."""
+    hue = HUES[step % 2]
+    frac = 0.0 if block <= 1 else min(max(n - 1, 0) / (block - 1), 1.0)
+    light = round(88 - 40 * frac)
+    fg = "#111" if light >= 62 else "#fff"
+    return f"hsl({hue}, 85%, {light}%)", fg
+
+
+class TokenTrack:
+    """The text of one generation, step by step, as coloured spans.
+
+    Byte-level tokenizers can split one character over several tokens, so each step's text is
+    the difference between the decoded text of all ids so far and of the ids before it, with
+    an unfinished character (U+FFFD at the end) held back until a later step completes it.
+    """
+
+    def __init__(self, tokenizer, block: int):
+        self.tok = tokenizer
+        self.block = block
+        self.ids: list[int] = []
+        self.spans: list[str] = []
+        self.accepted: list[int] = []  # per step
+        self.taus: list[float] = []  # per step
+        self._stable = ""
+
+    def add(self, step: int, ids: list[int], confs: list[float], tau: float) -> None:
+        self.ids.extend(ids)
+        n = len(ids)
+        self.accepted.append(n)
+        self.taus.append(float(tau))
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        stable = text.rstrip(REPLACEMENT)
+        if stable.startswith(self._stable):
+            piece = stable[len(self._stable):]
+        else:  # a merge rewrote earlier text (rare): show the whole new suffix
+            common = 0
+            for a, b in zip(stable, self._stable):
+                if a != b:
+                    break
+                common += 1
+            piece = stable[common:]
+        self._stable = stable
+        if not ids:
+            return
+        bg, fg = step_colour(step, n, self.block)
+        conf = ", ".join(f"{c:.2f}" for c in confs)
+        title = f"step {step + 1}: {n} token{'s' if n != 1 else ''}, confidence {conf}, tau {tau:g}"
+        self.spans.append(
+            f'<span class="tok" data-step="{step}" data-n="{n}" title="{html.escape(title)}" '
+            f'style="background:{bg};color:{fg}">{html.escape(piece) or "&#8203;"}</span>'
+        )
+
+    @property
+    def text(self) -> str:
+        return self.tok.decode(self.ids, skip_special_tokens=True)
+
+
+def legend_html(block: int) -> str:
+    cells = []
+    for n in range(1, block + 1):
+        chips = "".join(
+            f'<span class="chip" style="background:{step_colour(s, n, block)[0]}"></span>' for s in (0, 1)
+        )
+        cells.append(f'<span class="leg">{chips}{n}</span>')
+    return ('<div class="legend">colour = forward pass (hues alternate per step); '
+            f'depth = tokens accepted in it: {"".join(cells)}; hover a token for step and confidence</div>')
+
+
+def counters(forwards: int, tokens: int, seconds: float) -> dict:
+    return {
+        "forwards": forwards,
+        "tokens": tokens,
+        "tokens_per_forward": tokens / forwards if forwards else 0.0,
+        "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+        "seconds": seconds,
+    }
+
+
+def panel_html(side: str, title: str, model_name: str, track: TokenTrack | None, stats: dict | None,
+               status: str, note: str = "") -> str:
+    """One side of the playground. `data-status` is "idle", "running", "done" or "stopped"."""
+    s = stats or counters(0, 0, 0.0)
+    body = "".join(track.spans) if track is not None else '<span class="muted">(press Generate)</span>'
+    block = track.block if track is not None else 1
+    cnt = (f'<span class="cnt" data-k="forwards">forwards <b>{s["forwards"]}</b></span>'
+           f'<span class="cnt" data-k="tokens">tokens <b>{s["tokens"]}</b></span>'
+           f'<span class="cnt" data-k="tpf">tokens/forward <b>{s["tokens_per_forward"]:.2f}</b></span>'
+           f'<span class="cnt" data-k="tps">tokens/s <b>{s["tokens_per_second"]:.1f}</b></span>'
+           f'<span class="cnt" data-k="wall">wall <b>{s["seconds"]:.2f} s</b></span>')
+    note_html = f'<div class="note">{html.escape(note)}</div>' if note else ""
+    return (f'<div class="mars-panel" data-side="{side}" data-status="{status}">'
+            f'<div class="head"><b>{html.escape(title)}</b> <span class="model">{html.escape(model_name)}</span>'
+            f' <span class="status">{status}</span></div>'
+            f'<div class="counters">{cnt}</div>{note_html}'
+            f'<div class="text">{body}</div>{legend_html(block)}</div>')
+
+
+def steps_chart_html(accepted: list[int], taus: list[float], block: int, tau_max: float = 1.0) -> str:
+    """A small SVG bar chart: tokens accepted by each MARS forward, with tau as a line."""
+    if not accepted:
+        return '<div class="steps-chart muted">accepted tokens per step appear here while MARS runs</div>'
+    n = len(accepted)
+    w, h, pad, top_pad = 600, 130, 18, 10
+    span = h - pad - top_pad
+    bw = (w - pad) / n
+    top = max(block, 1)
+    bars = []
+    for i, a in enumerate(accepted):
+        bh = span * a / top
+        bg, _ = step_colour(i, a, block)
+        bars.append(f'<rect class="bar" data-n="{a}" x="{pad + i * bw:.2f}" y="{h - pad - bh:.2f}" '
+                    f'width="{max(bw - 0.5, 0.5):.2f}" height="{bh:.2f}" fill="{bg}" stroke="#555" stroke-width="0.3">'
+                    f'<title>step {i + 1}: {a} accepted, tau {taus[i]:g}</title></rect>')
+    pts = " ".join(f"{pad + (i + 0.5) * bw:.2f},{h - pad - span * min(t / tau_max, 1.0):.2f}"
+                   for i, t in enumerate(taus))
+    axis = "".join(f'<text x="2" y="{h - pad - span * k / top + 3:.1f}" font-size="9">{k}</text>'
+                   for k in range(0, top + 1))
+    return (f'<div class="steps-chart"><div class="muted">MARS: tokens accepted per forward (bars, 0-{top}) '
+            f'and tau (red line, 0-{tau_max:g}) over the generation</div>'
+            f'<svg viewBox="0 0 {w} {h}" width="100%" height="{h}" preserveAspectRatio="none">{axis}{"".join(bars)}'
+            f'<polyline points="{pts}" fill="none" stroke="#d22" stroke-width="1.5"/>'
+            f'<text x="{pad}" y="{h - 4}" font-size="9">step 1</text>'
+            f'<text x="{w - 40}" y="{h - 4}" font-size="9">step {n}</text></svg></div>')
+
+
+def first_difference(a: str, b: str) -> int | None:
+    """Index of the first differing character, None when equal."""
+    if a == b:
+        return None
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def compare_html(ar_text: str, mars_text: str, ar_ids: list[int] | None = None,
+                 mars_ids: list[int] | None = None) -> str:
+    """Whether the two outputs agree and, if not, where they first differ."""
+    i = first_difference(ar_text, mars_text)
+    if i is None:
+        return '<div class="compare" data-agree="1">✓ AR and MARS outputs are identical.</div>'
+    tok = ""
+    if ar_ids is not None and mars_ids is not None:
+        j = next((k for k, (x, y) in enumerate(zip(ar_ids, mars_ids)) if x != y), min(len(ar_ids), len(mars_ids)))
+        tok = f" (token {j + 1})"
+    ctx = lambda t: html.escape(t[max(0, i - 20):i]) + "<mark>" + html.escape(t[i:i + 20] or "(end)") + "</mark>"
+    return (f'<div class="compare" data-agree="0">≠ The outputs first differ at character {i + 1}{tok}:'
+            f'<br>AR: …{ctx(ar_text)}<br>MARS: …{ctx(mars_text)}</div>')
+
+
+CSS = """
+.mars-panel {font-size: 14px;}
+.mars-panel .head {margin-bottom: 4px;}
+.mars-panel .model {color: #666; font-family: monospace;}
+.mars-panel .status {float: right; font-size: 12px; padding: 1px 6px; border-radius: 8px; background: #eee; color: #333;}
+.mars-panel[data-status=running] .status {background: #fde68a;}
+.mars-panel[data-status=done] .status {background: #bbf7d0;}
+.mars-panel .counters {display: flex; flex-wrap: wrap; gap: 10px; font-size: 12px; margin-bottom: 6px;}
+.mars-panel .text {white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-all; font-family: monospace; line-height: 1.6; min-height: 140px;
+  max-height: 420px; overflow-y: auto; border: 1px solid #ddd; border-radius: 6px; padding: 6px; background: #fff; color: #111;}
+.mars-panel .tok {border-radius: 3px; padding: 0 1px;}
+.mars-panel .note {font-size: 12px; color: #a15c00;}
+.legend {font-size: 11px; color: #666; margin-top: 4px;}
+.legend .leg {margin: 0 4px;}
+.legend .chip {display: inline-block; width: 10px; height: 10px; margin-right: 1px; border: 1px solid #999;}
+.muted {color: #777; font-size: 12px;}
+.compare {font-size: 14px; padding: 4px;}
+"""
