@@ -38,8 +38,7 @@ except ImportError:
     def GPU(fn=None, **_kwargs):
         return fn if fn is not None else (lambda f: f)
 
-METRICS = ("probability", "entropy", "margin")
-CACHES = ("none", "sliding", "block")
+from mars_core.config import CACHES, METRICS  # noqa: E402  (one source of truth)
 AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
 PRESETS = ("bundled", "released (hub)", "custom")
 MAX_PROMPT_CHARS = 20000

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 
 MODES = ("ar", "mars")
-CACHES = ("none", "sliding", "block")
+CACHES = ("none", "sliding", "block", "cursor")
 METRICS = ("probability", "entropy", "margin")
 
 
@@ -45,7 +45,9 @@ class DecodeConfig:
                       token per step, i.e. it is AR decoding.
     block_size:       B, predictions per forward (ignored, i.e. 1, in "ar" mode).
     cache:            "none" (full recompute, the reference), "sliding" (KV cache of the
-                      committed prefix), "block" (the paper's block-level cache for batches).
+                      committed prefix), "block" (the paper's block-level cache for batches),
+                      "cursor" (per-sequence write cursors, no block synchronisation; see
+                      `decode_cursor`).
     cache_block_size: B_cache for cache="block"; must be >= block_size.
     metric:           "probability", "entropy" or "margin".
     temperature:      0 is greedy; > 0 samples (seeded per sequence by `seed`).

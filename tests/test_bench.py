@@ -1,0 +1,112 @@
+"""`python -m mars_core.bench` end to end on tiny random models saved to a temporary folder."""
+import json
+
+import pytest
+
+from conftest import make_model, make_tokenizer
+from mars_core import bench
+
+FAST = "hf-generate,ar,ar-cursor,hf-prompt-lookup,mars-nocache,mars-sliding,mars-block,mars-cursor"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    tok = make_tokenizer()
+    paths = {}
+    for name, seed, scale in (("ar", 0, 1.0), ("mars", 1, 30.0)):
+        m = make_model("qwen2", len(tok), seed=seed, head_scale=scale)
+        m.generation_config.eos_token_id = tok.eos_token_id
+        m.generation_config.pad_token_id = tok.pad_token_id
+        m.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        paths[name] = str(root / name)
+    return paths
+
+
+def args(models, out, *extra):
+    return ["--ar-model", models["ar"], "--mars-model", models["mars"], "--n", "3", "--batch-sizes", "1,2",
+            "--taus", "0.5", "--max-new-tokens", "6", "--repeats", "2", "--threads", "1",
+            "--cache-block-sizes", "4,8", "--output", str(out), *extra]
+
+
+def test_bench_end_to_end(models, tmp_path, capsys):
+    assert bench.main(args(models, tmp_path, "--methods", FAST)) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert (tmp_path / "bench.html").read_text().count("plotly") > 0
+    md = (tmp_path / "bench.md").read_text()
+    names = ["hf-generate", "ar", "ar-cursor", "hf-prompt-lookup", "mars-nocache", "mars-sliding",
+             "mars-block-4", "mars-block-8", "mars-cursor"]
+    runs = result["runs"]
+    assert {(r["method"], r["batch_size"]) for r in runs} == {(n, b) for n in names for b in (1, 2)}
+    for r in runs:
+        assert r["status"] == "ok", r
+        assert r["tokens"] > 0 and r["tokens_per_second"] > 0 and r["tokens_per_forward"] >= 1.0 - 1e-9
+        assert len(r["seconds_all"]) == 2 and r["speedup"] > 0 and r["accuracy"] is not None
+        assert f"| {r['method']} |" in md and f"| {r['method']} |" in printed
+        # every cache mode gives the reference's tokens; every AR method gives HF greedy's
+        assert r["same_as_ref"] == 1.0, r["method"]
+    for b in (1, 2):
+        base = [r for r in runs if r["batch_size"] == b and r["method"] == r["baseline"]]
+        assert len(base) == 1 and base[0]["method"] in bench.AR_BASELINES and base[0]["speedup"] == 1.0
+    assert result["environment"]["threads"] == 1 and result["n_prompts"] == 3
+    assert any("tokens/s" in n for n in result["notes"])
+
+
+def test_failing_optional_method_is_reported_not_fatal(models, tmp_path, monkeypatch):
+    real = bench._hf_batch
+
+    def broken(model, ids, pad_id, stop, max_new, **kw):
+        if "cache_implementation" in kw:
+            raise RuntimeError("no compiler here")
+        return real(model, ids, pad_id, stop, max_new, **kw)
+
+    monkeypatch.setattr(bench, "_hf_batch", broken)
+    assert bench.main(args(models, tmp_path, "--methods", "hf-generate,ar-static-compile", "--batch-sizes", "1")) == 0
+    runs = {r["method"]: r for r in json.loads((tmp_path / "bench.json").read_text())["runs"]}
+    assert runs["hf-generate"]["status"] == "ok"
+    assert runs["ar-static-compile"]["status"] == "not available"
+    assert "no compiler here" in runs["ar-static-compile"]["reason"]
+    assert "not available" in (tmp_path / "bench.md").read_text()
+
+
+def test_prompts_file(models, tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "What is 2 + 2?", "answer": "4"}\n{"prompt": "Hi"}\n')
+    assert bench.main(args(models, tmp_path / "o", "--prompts", str(f), "--methods", "ar,mars-cursor",
+                           "--batch-sizes", "2")) == 0
+    result = json.loads((tmp_path / "o" / "bench.json").read_text())
+    assert result["n_prompts"] == 2 and all(r["status"] == "ok" for r in result["runs"])
+
+
+@pytest.mark.parametrize("bad", [
+    ["--batch-sizes", "0"], ["--batch-sizes", "a,b"], ["--taus", "1.5"], ["--methods", "mars-turbo"],
+    ["--repeats", "0"], ["--n", "0"], ["--threads", "0"], ["--max-new-tokens", "-1"],
+    ["--cache-block-sizes", "2", "--methods", "mars-block"],
+])
+def test_bad_input_exits_2(models, tmp_path, bad, capsys):
+    try:
+        code = bench.main(args(models, tmp_path, *bad))
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_missing_model_and_bad_prompts_exit_2(models, tmp_path, capsys):
+    assert bench.main(args(models, tmp_path, "--ar-model", str(tmp_path / "nope"), "--methods", "ar")) == 2
+    assert "nope" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert bench.main(args(models, tmp_path, "--prompts", str(bad), "--methods", "ar")) == 2
+    assert "JSONL" in capsys.readouterr().err
+
+
+def test_mars_rows_accept_several_tokens_per_forward(models, tmp_path):
+    assert bench.main(args(models, tmp_path, "--methods", "ar,mars-sliding,mars-cursor", "--batch-sizes", "2",
+                           "--max-new-tokens", "12")) == 0
+    runs = {r["method"]: r for r in json.loads((tmp_path / "bench.json").read_text())["runs"]}
+    assert runs["ar"]["tokens_per_forward"] == 1.0
+    assert runs["mars-cursor"]["tokens_per_forward"] > 1.0
+    assert runs["mars-cursor"]["tokens_per_forward"] == runs["mars-sliding"]["tokens_per_forward"]
