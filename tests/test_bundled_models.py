@@ -1,0 +1,53 @@
+"""The bundled default models: a functional check, not a benchmark.
+
+The prompts are held-out synthetic problems (eval split, seed 0) that both bundled models
+solve; they guard against a broken checkpoint, tokenizer or decoder, not measure accuracy (the
+model cards report accuracy on 500 problems).
+"""
+import os
+
+import pytest
+
+from mars_core import DecodeConfig, generate, load_model
+from training.synthetic import score
+
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "models")
+CASES = [
+    ("Leo has collected 276 books. Leo splits them into 12 equal bags and keeps one. Leo eats 12 of them. "
+     "How many books does Leo have at the end?", "11"),
+    ("Chloe owns 150 coins. Chloe spreads them over 15 equal shelves and keeps one. "
+     "How many does Chloe end up with?", "10"),
+    ("What is 5 kilograms in grams?", "5000"),
+    ("Nina writes 790 millimeters in centimeters. What number does Nina get?", "79"),
+]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: load_model(os.path.join(ROOT, name), device="cpu") for name in ("tiny-ar-sft", "tiny-mars-b4")}
+
+
+def test_ar_baseline_solves_fixed_problems(models):
+    model, tok = models["tiny-ar-sft"]
+    res = generate(model, tok, [q for q, _ in CASES], DecodeConfig(mode="ar", max_new_tokens=256))
+    assert [score(t, a) for t, (_, a) in zip(res.texts, CASES)] == [True] * len(CASES)
+
+
+def test_mars_solves_them_with_several_tokens_per_forward(models):
+    model, tok = models["tiny-mars-b4"]
+    prompts = [q for q, _ in CASES]
+    fast = generate(model, tok, prompts, DecodeConfig(mode="mars", tau=0.95, block_size=4, max_new_tokens=256))
+    assert [score(t, a) for t, (_, a) in zip(fast.texts, CASES)] == [True] * len(CASES)
+    assert fast.stats.tokens_per_forward > 1.3
+    one = generate(model, tok, prompts, DecodeConfig(mode="mars", tau=1.0, block_size=4, max_new_tokens=256))
+    ar = generate(model, tok, prompts, DecodeConfig(mode="ar", max_new_tokens=256))
+    assert one.token_ids == ar.token_ids  # tau = 1 is exactly AR
+
+
+def test_bundled_models_are_small_safetensors_folders():
+    for name in ("tiny-ar-sft", "tiny-mars-b4"):
+        folder = os.path.join(ROOT, name)
+        size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+        assert size < 25 * 2**20
+        assert os.path.isfile(os.path.join(folder, "model.safetensors"))
+        assert os.path.isfile(os.path.join(folder, "README.md"))
