@@ -96,34 +96,19 @@ def test_arithmetic_solutions_are_exact_and_in_range(train):
         for line in lines:
             a, op, b, _ = STEP.search(line).groups()
             a, b = int(a), int(b)
-            assert a >= 2 and b >= 2, line
+            assert a >= 10 and b >= 10, line
             work = line[line.index("so ") + 3: -1]
             for part in re.split(r": |, (?:so )?", work):  # division shows several equations
                 result = check_chain(part)
             expected = {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
-            assert result == expected and 2 <= result <= 999, line
-            if op in "*/":
-                assert 2 <= b <= 5, line
-            if op == "*":
-                assert a < 100, line  # only two-digit values are multiplied
+            assert result == expected and 10 <= result < 10_000, line
             if op == "/":
-                assert a % b == 0
+                assert a % b == 0 and result < 100
             if previous is not None:  # each step continues from the last
                 assert a == previous
             previous = result
         assert str(previous) == ex["answer"]
     assert step_counts == {1, 2, 3}
-
-
-def test_units_and_lists_stay_in_their_ranges(train):
-    for ex in train:
-        if ex["family"] == "units":
-            v, factor, answer = (int(t) for t in re.search(r"so (\d+) [*/] (\d+) = (\d+)", solution(ex)).groups())
-            count = min(v, answer)  # the count of the bigger unit
-            assert max(v, answer) <= 9999 and (count <= 20 or str(factor).strip("0") == "1"), solution(ex)
-        if ex["family"] == "lists":
-            items = re.search(r"\[(.*?)\]", question(ex)).group(1).split(", ")
-            assert 3 <= len(items) <= 5 and all(10 <= int(t) <= 99 for t in items), question(ex)
 
 
 def test_score_accepts_gold_and_rejects_corruptions(train):

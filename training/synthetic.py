@@ -13,23 +13,15 @@ parameters has to be able to learn it.
 Families and their fixed share of every call to :func:`make_examples`:
 
 * ``arithmetic`` (60%): word problems with 1-3 operations out of add,
-  subtract, multiply and divide. Start values are 10..99, added or
-  subtracted amounts 2..60, factors and divisors 2..5; only a value below 100
-  is multiplied (a times-table fact), divisions are exact, and every value
-  stays in 2..999. Each step line reads
-  ``Tom had 45 and got 23 more, so 45 + 23 = 68.`` (the object is not
-  repeated, to keep examples short).
+  subtract, multiply and divide. Start values are 10..300, added or
+  subtracted amounts 10..99, multipliers and divisors 12..30 (quotients below 100); every operand
+  and intermediate value lies in 10..9999 and divisions are exact. Each
+  step line reads ``Tom had 45 and got 23 more, so 45 + 23 = 68.`` (the
+  object is not repeated, to keep 3-step examples under 200 tokens).
 * ``units`` (20%): one unit conversion (e.g. 3 kilometers to meters or
-  240 minutes to hours) with an exact integer result; counts are 2..99 for
-  powers of ten (appending or removing zeros) and 2..20 otherwise.
+  240 minutes to hours) with an exact integer result.
 * ``lists`` (20%): sort ascending/descending, reverse, max, min or sum of a
-  list of 3-5 two-digit numbers (3-4 for sums). Lists are written
-  ``[12, 45, 67]``.
-
-Why these ranges: the task has to be learnable to >= 70% by a ~3M-parameter
-model in under an hour of CPU training. A first version (3-digit starts,
-factors 12..30 with the work shown, 4-7 item lists) reached only 45%: carries
-in 3-digit sums, long products and sorting 7 numbers were beyond that budget.
+  short list of two-digit numbers. Lists are written ``[12, 45, 67]``.
 
 Train and eval never share an example: each problem has a canonical key (its
 family, operations and numbers, independent of names and wording), and a
@@ -62,13 +54,10 @@ EVAL_BUCKETS = 10
 # Draws allowed per example before giving up (the problem space is exhausted).
 MAX_ATTEMPTS = 10_000
 
-MIN_VALUE, MAX_VALUE = 2, 999
-ADD_RANGE = (2, 60)
-START_RANGE = (10, 99)
-FACTOR_RANGE = (2, 5)
-MUL_BELOW = 100  # only two-digit values are multiplied
-UNIT_MAX = 9999  # the largest number in a unit conversion
-SMALL_UNIT_COUNTS = (2, 20)  # counts for factors that are not powers of ten
+MIN_VALUE, MAX_VALUE = 10, 9999
+ADD_RANGE = (10, 99)
+START_RANGE = (10, 300)
+FACTOR_RANGE = (12, 30)
 NUMBER_ATTEMPTS = 50  # number redraws per operation sequence
 
 NAMES = (
@@ -175,7 +164,10 @@ QUESTION_TEMPLATES = (
     "What is the final number of {obj}?",
     "How many {obj} are there in the end?",
 )
-# One fixed solution line per operation, whatever the question's wording.
+# One fixed solution line per operation, whatever the question's wording. Multiplication and
+# division are written out in the small steps a few-million-parameter model can learn (a
+# two-digit factor split into tens and units; division as two rounds of "largest multiple,
+# remainder"), the way a student shows work, instead of one opaque "287 * 26 = 7462".
 STEP_TEMPLATES = {
     "add": "{name} had {x} and got {n} more, so {work}.",
     "sub": "{name} had {x} and lost {n}, so {work}.",
@@ -185,8 +177,19 @@ STEP_TEMPLATES = {
 
 
 def _work(op: str, x: int, n: int) -> str:
-    """The computation of ``x op n``, ending in ``= result``."""
-    return f"{x} {SYMBOLS[op]} {n} = {_apply(op, x, n)}"
+    """The shown computation of ``x op n``, ending in ``= result``."""
+    y = _apply(op, x, n)
+    if op in ("add", "sub"):
+        return f"{x} {SYMBOLS[op]} {n} = {y}"
+    if op == "mul":
+        tens, units = n - n % 10, n % 10
+        if units == 0:
+            return f"{x} * {n} = {y}"
+        return f"{x} * {n} = {x} * {tens} + {x} * {units} = {x * tens} + {x * units} = {y}"
+    q_tens, q_units = y - y % 10, y % 10  # y < 100 (see _operand)
+    rest = x - n * q_tens
+    return (f"{x} / {n}: {n} * {q_tens} = {n * q_tens}, {x} - {n * q_tens} = {rest}, "
+            f"{n} * {q_units} = {rest}, so {x} / {n} = {y}")
 
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -206,8 +209,11 @@ def _operand(rng: random.Random, op: str, x: int) -> int | None:
         return rng.randint(ADD_RANGE[0], hi) if hi >= ADD_RANGE[0] else None
     if op == "mul":
         hi = min(FACTOR_RANGE[1], MAX_VALUE // x)
-        return rng.randint(FACTOR_RANGE[0], hi) if x < MUL_BELOW and hi >= FACTOR_RANGE[0] else None
-    divisors = [k for k in range(FACTOR_RANGE[0], FACTOR_RANGE[1] + 1) if x % k == 0 and x // k >= MIN_VALUE]
+        return rng.randint(FACTOR_RANGE[0], hi) if hi >= FACTOR_RANGE[0] else None
+    divisors = [
+        k for k in range(FACTOR_RANGE[0], FACTOR_RANGE[1] + 1)
+        if x % k == 0 and MIN_VALUE <= x // k < 100  # a two-digit quotient: two rounds of work
+    ]
     return rng.choice(divisors) if divisors else None
 
 
@@ -309,10 +315,8 @@ UNIT_TEMPLATES = (
 def make_units(rng: random.Random) -> Problem:
     """Convert a whole number of units up or down; the result is exact."""
     conv = rng.choice(CONVERSIONS)
-    # Powers of ten only add or drop zeros; other factors stay times-table sized.
-    decimal = str(conv.factor).strip("0") == "1"
-    top = min(99, UNIT_MAX // conv.factor) if decimal else SMALL_UNIT_COUNTS[1]
-    big_count = rng.randint(2, top)
+    # Keep the larger number of the pair at most MAX_VALUE, like arithmetic.
+    big_count = rng.randint(2, min(99, MAX_VALUE // conv.factor))
     small_count = big_count * conv.factor
     rule = f"1 {conv.big} = {conv.factor} {conv.smalls}"
     if rng.random() < 0.5:  # big -> small: multiply
@@ -400,9 +404,9 @@ def _list_steps(op: str, values: list[int]) -> tuple[tuple[str, ...], str]:
 
 
 def make_lists(rng: random.Random) -> Problem:
-    """An operation on 3-5 two-digit numbers (3-4 for sums, to stay short)."""
+    """An operation on 4-7 two-digit numbers (3-5 for sums, to stay short)."""
     op = rng.choice(tuple(LIST_TEMPLATES))
-    length = rng.randint(3, 4) if op == "sum" else rng.randint(3, 5)
+    length = rng.randint(3, 5) if op == "sum" else rng.randint(4, 7)
     values = [rng.randint(10, 99) for _ in range(length)]
     question = rng.choice(LIST_TEMPLATES[op]).format(lst=format_list(values), name=rng.choice(NAMES))
     steps, answer = _list_steps(op, values)
