@@ -54,8 +54,11 @@ python -m training.build_default --output runs/default --install assets/models
   ({summaries['ar']['num_parameters']:,} parameters), our byte-level BPE tokenizer
   (vocabulary {r.vocab_size}, every digit its own token, `<|mask|>` added), chat template
   `<|user|>\\n...<|end|>\\n<|assistant|>\\n`.
-- Data: `training.synthetic` train split, {r.train_examples:,} examples (seed {r.seed}): 60% multi-step
-  arithmetic word problems, 20% unit conversions, 20% list manipulation; answers end in `#### <answer>`.
+- Data: `training.synthetic` train split, {r.train_examples:,} examples (seed {r.seed}): 60% arithmetic
+  word problems (1-3 steps of +, -, *, / on values up to 9999: start values 10-300, amounts 10-99,
+  factors and divisors 12-30 with the multiplication and division work shown), 20% unit
+  conversions, 20% list manipulation (4-7 two-digit numbers, 3-5 for sums: sort, reverse, max,
+  min, sum); one templated line per step, answers end in `#### <answer>`.
 - Stage 1 (AR SFT): {r.ar_steps} steps, batch {r.batch_size}, AdamW lr {r.ar_lr}, cosine with 3% warm-up.
 - Stage 2 (MARS): from stage 1, block size {r.block_size}, `ar_weight` 1 (the SFT loss),
   {r.mars_steps} steps, lr {r.mars_lr}. Ablations: the same with `ar_weight` 0 ("w/o SFT loss").
@@ -78,6 +81,9 @@ Per task family:
 ### Ablation: MARS without the SFT loss (`ar_weight = 0`)
 
 {summary_table({"runs": ablations}) if ablations else "not run"}
+
+Compare the one-token (`ar`) rows with the `mars` model's `ar` row above: the same MARS stage (steps,
+learning rate, data) with the SFT loss. Only B = {r.block_size} was trained with the SFT loss.
 
 The speed-quality frontier: `frontier.html` (and `frontier.png` where it could be exported).
 """
