@@ -253,7 +253,7 @@ def benchmark(args) -> dict:
         if path == default and not os.path.isdir(path):
             raise ValueError(f"the default {kind} model {path!r} is not built yet: run "
                              f"`python -m training.build_default`, or pass --{kind}-model")
-        models[kind] = load_model(path, device=args.device)
+        models[kind] = load_model(path, device=args.device, dtype=args.dtype)
     items = load_prompts(args)
     ids = {k: [encode_prompt(tok, it["prompt"]) for it in items] for k, (_, tok) in models.items()}
     for k, (model, _) in models.items():
@@ -280,6 +280,8 @@ def benchmark(args) -> dict:
                 m.state["error"] = _reason(e)
         measured = {(m.name, tau): [] for m, tau in runs}
         for rep in range(args.repeats):
+            print(f"[bench] batch {bs}: repetition {rep + 1}/{args.repeats} of {len(runs)} runs",
+                  file=sys.stderr, flush=True)  # progress on stderr; the table goes to stdout
             k = rep % len(runs)
             for m, tau in runs[k:] + runs[:k]:  # rotate the order every repetition
                 if "error" in m.state:
@@ -321,7 +323,7 @@ def benchmark(args) -> dict:
     return {
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items() if k != "func"},
         "environment": {"torch": torch.__version__, "transformers": _tf_version(), "python": platform.python_version(),
-                        "threads": torch.get_num_threads(), "device": args.device, "cpu_count": os.cpu_count(),
+                        "threads": torch.get_num_threads(), "device": args.device, "dtype": args.dtype, "cpu_count": os.cpu_count(),
                         "platform": platform.platform()},
         "n_prompts": len(items), "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in results],
         "samples": [{"method": r["method"], "tau": r["tau"], "batch_size": r["batch_size"], "output": r["_text0"]}
@@ -373,7 +375,7 @@ def table(result: dict) -> str:
     head = (f"{result['n_prompts']} prompts, max_new_tokens={result['settings']['max_new_tokens']}, "
             f"MARS block size {result['settings']['block_size']}, {result['settings']['repeats']} interleaved "
             f"repetitions (median), torch {env['torch']}, transformers {env['transformers']}, "
-            f"{env['threads']} torch threads, device {env['device']}.")
+            f"{env['threads']} torch threads, device {env['device']}, {env.get('dtype', 'float32')}.")
     return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in result["notes"]) + "\n"
 
 
@@ -472,6 +474,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, fixed for the whole run (default 2)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="weights and compute dtype of both models (default float32, as the bundled models are saved)")
     p.add_argument("--output", default="bench", help="folder for bench.md, bench.json, bench.html (default ./bench)")
     return p
 

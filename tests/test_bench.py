@@ -110,3 +110,23 @@ def test_mars_rows_accept_several_tokens_per_forward(models, tmp_path):
     assert runs["ar"]["tokens_per_forward"] == 1.0
     assert runs["mars-cursor"]["tokens_per_forward"] > 1.0
     assert runs["mars-cursor"]["tokens_per_forward"] == runs["mars-sliding"]["tokens_per_forward"]
+
+
+def test_profiling_reports_forward_share_and_top_ops(models, tmp_path, capsys):
+    from mars_core import profiling
+
+    out = tmp_path / "profile.txt"
+    assert profiling.main(["--method", "mars-cursor", "--ar-model", models["ar"], "--mars-model", models["mars"],
+                           "--batch-size", "2", "--tau", "0.5", "--max-new-tokens", "6", "--threads", "1",
+                           "--top", "5", "--output", str(out)]) == 0
+    report = out.read_text()
+    assert report.startswith("mars-cursor batch 2 tau 0.5 float32:") and "inside model.forward:" in report
+    assert "Self CPU" in report and report.strip() in capsys.readouterr().out
+
+
+def test_profiling_bad_method_is_a_clear_error(models, capsys):
+    from mars_core import profiling
+
+    with pytest.raises(SystemExit) as e:
+        profiling.main(["--method", "nope", "--ar-model", models["ar"], "--mars-model", models["mars"]])
+    assert e.value.code == 2 and "unknown method" in capsys.readouterr().err
