@@ -38,7 +38,7 @@ def _block_inputs(anchor, filled, commit, Bc: int, B: int, mask_id: int, device)
 @torch.no_grad()
 def decode_block(model, rows: Rows, mask_id: int, pad_id: int, cache_block_size: int) -> Iterator[StepEvent]:
     B, Bc = rows.block, cache_block_size
-    cache, kv_valid, n_real, _ = prefill(model, rows, pad_id)
+    cache, kv_valid, n_real = prefill(model, rows, pad_id)
     anchor = [p[-1] for p in rows.prompts]  # last committed token, not in the cache
     filled = [[] for _ in rows.prompts]  # accepted tokens after the anchor, not in the cache
     while rows.running():

@@ -10,11 +10,6 @@ it cannot change the others.
 Sequences of a batch accept different counts, so the new tokens are left-padded to the
 longest; the padding slots stay in the cache as holes that no query attends to. Sequences
 that finish are dropped from the batch (and the cache).
-
-While the cache has no holes (one sequence, or prompts of one length fed the same counts) the
-plain causal mask is the right one, so no 4-D mask is built and the model takes its own causal
-path (no mask at all for a single query): the profile showed mask building and the masked
-attention as the largest avoidable cost of AR at batch 1.
 """
 from __future__ import annotations
 
@@ -29,16 +24,14 @@ from .masks import causal_mask
 
 @torch.no_grad()
 def prefill(model, rows: Rows, pad_id: int):
-    """Cache every prompt token but the last. Returns (cache, key_valid (N, L), n_real (N,), dense):
-    dense is True when no prompt is padded, so the cache has no holes."""
+    """Cache every prompt token but the last. Returns (cache, key_valid (N, L), n_real (N,))."""
     ids, valid = left_pad([p[:-1] for p in rows.prompts], pad_id, rows.device)
     cache = DynamicCache(config=model.config)
-    dense = len({len(p) for p in rows.prompts}) == 1
     if ids.shape[1] > 0:
-        model(input_ids=ids, attention_mask=None if dense else causal_mask(valid, ids.shape[1]),
+        model(input_ids=ids, attention_mask=causal_mask(valid, ids.shape[1]),
               position_ids=positions(valid), cache=cache, use_cache=True, logits_to_keep=1)
         rows.stats.prefill_forwards += 1
-    return cache, valid, valid.sum(dim=1), dense
+    return cache, valid, valid.sum(dim=1)
 
 
 def select(keep: list[int], cache, *tensors):
@@ -53,15 +46,14 @@ def select(keep: list[int], cache, *tensors):
 @torch.no_grad()
 def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
     B = rows.block
-    cache, kv_valid, n_real, dense = prefill(model, rows, pad_id)
+    cache, kv_valid, n_real = prefill(model, rows, pad_id)
     feed = [[p[-1]] for p in rows.prompts]  # real tokens not yet in the cache
     while rows.running():
         tau = rows.tau()
-        dense = dense and len({len(f) for f in feed}) == 1  # padding now leaves holes for good
         new_ids, new_valid = left_pad([f + [mask_id] * (B - 1) for f in feed], pad_id, rows.device)
         width = new_ids.shape[1]
         key_valid = torch.cat([kv_valid, new_valid], dim=1)
-        out = model(input_ids=new_ids, attention_mask=None if dense else causal_mask(key_valid, width),
+        out = model(input_ids=new_ids, attention_mask=causal_mask(key_valid, width),
                     position_ids=positions(new_valid, n_real), cache=cache, use_cache=True,
                     logits_to_keep=B)  # (R, B, V): the last real token and the B - 1 masks
         if B > 1:
