@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from training import synthetic as syn
 from training.evaluate import summary_table
 
 
@@ -55,8 +56,9 @@ python -m training.build_default --output runs/default --install assets/models
   (vocabulary {r.vocab_size}, every digit its own token, `<|mask|>` added), chat template
   `<|user|>\\n...<|end|>\\n<|assistant|>\\n`.
 - Data: `training.synthetic` train split, {r.train_examples:,} examples (seed {r.seed}): 60% arithmetic
-  word problems (1-3 steps of +, -, *, / on values up to 9999: start values 10-300, amounts 10-99,
-  factors and divisors 12-30 with the multiplication and division work shown), 20% unit
+  word problems (1-3 steps of +, -, *, / on values up to {syn.MAX_VALUE}: start values
+  {syn.START_RANGE[0]}-{syn.START_RANGE[1]}, amounts {syn.ADD_RANGE[0]}-{syn.ADD_RANGE[1]}, factors and divisors
+  {syn.FACTOR_RANGE[0]}-{syn.FACTOR_RANGE[1]} with the multiplication and division work shown), 20% unit
   conversions, 20% list manipulation (4-7 two-digit numbers, 3-5 for sums: sort, reverse, max,
   min, sum); one templated line per step, answers end in `#### <answer>`.
 - Stage 1 (AR SFT): {r.ar_steps} steps, batch {r.batch_size}, AdamW lr {r.ar_lr}, cosine with 3% warm-up.
