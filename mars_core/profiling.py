@@ -56,10 +56,8 @@ def profile(args) -> str:
     prompts = [ex["messages"][0]["content"] for ex in make_examples(args.batch_size, args.seed, "eval")]
     ids = [encode_prompt(tok, p) for p in prompts]
     run_all(method, model, tok, ids, args.batch_size, args.tau, args)  # warm-up
-    timer = ForwardTimer(model)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        res = run_all(method, model, tok, ids, args.batch_size, args.tau, args)
-    timer.remove()
+        run_all(method, model, tok, ids, args.batch_size, args.tau, args)
     # The profiler slows every op down; the time split comes from a second, unprofiled run.
     timer = ForwardTimer(model)
     res = run_all(method, model, tok, ids, args.batch_size, args.tau, args)
