@@ -13,12 +13,14 @@ from training.synthetic import score
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "models")
 CASES = [
-    ("Leo has collected 276 books. Leo splits them into 12 equal bags and keeps one. Leo eats 12 of them. "
-     "How many books does Leo have at the end?", "11"),
-    ("Chloe owns 150 coins. Chloe spreads them over 15 equal shelves and keeps one. "
-     "How many does Chloe end up with?", "10"),
+    ("Aisha owns 287 tickets. Aisha fills 13 boxes with that many each. How many tickets are there in the end?",
+     "3731"),
+    ("Ines has 134 stickers. Ines donates 69 stickers. A friend gives Ines 42 more. "
+     "How many stickers does Ines have at the end?", "107"),
     ("What is 5 kilograms in grams?", "5000"),
-    ("Nina writes 790 millimeters in centimeters. What number does Nina get?", "79"),
+    ("Change 111 feet into yards.", "37"),
+    ("What is the sum of [81, 80, 71, 91]?", "323"),
+    ("Yuki scored [48, 18, 58, 73, 11, 46, 61] in a game. What was the best score?", "73"),
 ]
 
 

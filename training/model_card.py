@@ -62,7 +62,7 @@ python -m training.build_default --output runs/default --install assets/models
   conversions, 20% list manipulation (4-7 two-digit numbers, 3-5 for sums: sort, reverse, max,
   min, sum); one templated line per step, answers end in `#### <answer>`.
 - Stage 1 (AR SFT): {r.ar_steps} steps, batch {r.batch_size}, AdamW lr {r.ar_lr}, cosine with 3% warm-up.
-- Stage 2 (MARS): from stage 1, block size {r.block_size}, `ar_weight` 1 (the SFT loss),
+- Stage 2 (MARS): from stage 1, block size {r.block_size}, `ar_weight` {r.ar_weight} (the SFT loss),
   {r.mars_steps} steps, lr {r.mars_lr}. Ablations: the same with `ar_weight` 0 ("w/o SFT loss").
 - Seeds: data {r.seed}, training {r.seed}, evaluation split `eval` seed {r.seed} (disjoint from train).
 
