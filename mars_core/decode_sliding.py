@@ -45,6 +45,9 @@ def select(keep: list[int], cache, *tensors):
 
 @torch.no_grad()
 def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    if len(rows.prompts) == 1:
+        yield from decode_sliding_one(model, rows, mask_id)
+        return
     B = rows.block
     cache, kv_valid, n_real = prefill(model, rows, pad_id)
     feed = [[p[-1]] for p in rows.prompts]  # real tokens not yet in the cache
@@ -67,4 +70,33 @@ def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[Ste
         feed = [feed[i] for i in keep]
         if keep:
             kv_valid, n_real = select(keep, cache, kv_valid, n_real)
+        yield event
+
+
+@torch.no_grad()
+def decode_sliding_one(model, rows: Rows, mask_id: int) -> Iterator[StepEvent]:
+    """The same decode for a single sequence, without the batch bookkeeping.
+
+    One sequence has no padding and no holes: cache slot = position id, so the model's own
+    causal mask and positions (from the cache length) are exact, and a step is one tensor built
+    from host ints plus the forward. At batch 1 the padding, mask and position tensors of the
+    batched loop cost about as much per step as a small model's forward spends on attention.
+    """
+    B = rows.block
+    cache = DynamicCache(config=model.config)
+    prompt = rows.prompts[0]
+    if len(prompt) > 1:
+        model(input_ids=torch.tensor([prompt[:-1]], device=rows.device), cache=cache, use_cache=True,
+              logits_to_keep=1)
+        rows.stats.prefill_forwards += 1
+    feed, masks = [prompt[-1]], [mask_id] * (B - 1)
+    while rows.running():
+        tau = rows.tau()
+        out = model(input_ids=torch.tensor([feed + masks], device=rows.device), cache=cache, use_cache=True,
+                    logits_to_keep=B)  # (1, B, V)
+        if B > 1:
+            cache.crop(-(B - 1))
+        tokens, conf, n_acc = rows.accept(out.logits, rows.active, tau)
+        event, (feed,) = rows.commit(rows.active, tokens, conf, n_acc, tau)
+        rows.still_active()
         yield event
