@@ -77,19 +77,14 @@ def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[Ste
 def decode_sliding_one(model, rows: Rows, mask_id: int) -> Iterator[StepEvent]:
     """The same decode for a single sequence, without the batch bookkeeping.
 
-    One sequence has no padding and no holes: cache slot = position id, so the model's own
-    causal mask and positions (from the cache length) are exact, and a step is one tensor built
-    from host ints plus the forward. At batch 1 the padding, mask and position tensors of the
-    batched loop cost about as much per step as a small model's forward spends on attention.
+    One sequence has no padding and no holes: cache slot = position id, so the model's own causal
+    mask and positions (from the cache length) are exact, a step is one tensor built from host
+    ints plus the forward, and the prompt needs no forward of its own. The padding, mask and
+    position tensors of the batched loop made `ar` at batch 1 about 0.88x `model.generate` here.
     """
     B = rows.block
     cache = DynamicCache(config=model.config)
-    prompt = rows.prompts[0]
-    if len(prompt) > 1:
-        model(input_ids=torch.tensor([prompt[:-1]], device=rows.device), cache=cache, use_cache=True,
-              logits_to_keep=1)
-        rows.stats.prefill_forwards += 1
-    feed, masks = [prompt[-1]], [mask_id] * (B - 1)
+    feed, masks = list(rows.prompts[0]), [mask_id] * (B - 1)  # the first step forwards the whole prompt
     while rows.running():
         tau = rows.tau()
         out = model(input_ids=torch.tensor([feed + masks], device=rows.device), cache=cache, use_cache=True,

@@ -29,6 +29,16 @@ def test_tau_one_is_exactly_greedy_ar(model, tokenizer, mode, cache):
     assert all(max(step) <= 1 for step in res.stats.accepted_per_step)
 
 
+@pytest.mark.parametrize("mode", ["ar", "mars"])
+def test_single_prompt_sliding_path_is_greedy_ar(model, tokenizer, mode):
+    """Batch 1 takes the sliding decoder's own path (prompt in the first forward, HF's mask)."""
+    cfg = DecodeConfig(mode=mode, tau=1.0, block_size=4, cache="sliding", max_new_tokens=24)
+    for prompt in PROMPTS:
+        res = generate(model, tokenizer, [prompt], cfg)
+        assert res.token_ids[0] == hf_greedy(model, tokenizer, prompt, 24)
+        assert res.stats.prefill_forwards == 0 and res.stats.forwards == len(res.stats.accepted_per_step)
+
+
 SETTINGS = [
     ("probability", 0.0), ("probability", 0.9), ("probability", 0.5),
     ("entropy", 0.5), ("entropy", 2.0), ("margin", 0.8), ("margin", 0.3),
