@@ -64,15 +64,15 @@ class Recipe:
         # 900 steps at lr 5e-4 with the AR loss only give 81.2%, so re-warming the lr explains ~3 of
         # the 8.8 points lost and the MARS objective the rest.
         return Recipe(vocab_size=512, tokenizer_examples=20000, model_config="tiny", train_examples=150000,
-                      max_length=320, batch_size=32, ar_steps=5000, ar_lr=1e-3, mars_steps=900, mars_lr=5e-4, ar_weight=1.0,
-                      block_size=4, ablation_block_sizes=(4, 8), eval_n=500,
+                      max_length=320, batch_size=32, ar_steps=5000, ar_lr=1e-3, mars_steps=900, mars_lr=5e-4,
+                      ar_weight=1.0, block_size=4, ablation_block_sizes=(4, 8), eval_n=500,
                       eval_taus=(1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5), max_new_tokens=256, save_every=200)
 
     @staticmethod
     def smoke() -> "Recipe":
         return Recipe(vocab_size=300, tokenizer_examples=500, model_config="micro", train_examples=600,
-                      max_length=320, batch_size=8, ar_steps=12, ar_lr=3e-3, mars_steps=8, mars_lr=1e-3, ar_weight=1.0,
-                      block_size=4, ablation_block_sizes=(4,), eval_n=12, eval_taus=(1.0, 0.9, 0.5),
+                      max_length=320, batch_size=8, ar_steps=12, ar_lr=3e-3, mars_steps=8, mars_lr=1e-3,
+                      ar_weight=1.0, block_size=4, ablation_block_sizes=(4,), eval_n=12, eval_taus=(1.0, 0.9, 0.5),
                       max_new_tokens=48, save_every=5)
 
 
