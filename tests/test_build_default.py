@@ -1,9 +1,13 @@
 """`python -m training.build_default --smoke` runs the whole chain and leaves loadable models."""
 import json
 import os
+from dataclasses import fields
+
+import pytest
 
 from mars_core import DecodeConfig, generate, load_model
-from training.build_default import main
+from training.build_default import cached_eval, main, stage
+from training.train import TrainConfig
 
 
 def test_smoke_build_then_resume_is_a_no_op(tmp_path):
@@ -21,3 +25,28 @@ def test_smoke_build_then_resume_is_a_no_op(tmp_path):
     assert main(["--smoke", "--output", str(out)]) == 0  # everything complete: only re-evaluated cards
     assert json.loads((out / "tiny-mars-b4" / "training_config.json").read_text())["status"] == "finished"
     assert (out / "build.json").stat().st_mtime_ns >= before
+    # A finished stage of another recipe is refused, not silently reused.
+    record = json.loads((out / "tiny-mars-b4" / "training_config.json").read_text())
+    args = {k: v for k, v in record["args"].items() if k in {f.name for f in fields(TrainConfig)}}
+    changed = TrainConfig(**{**args, "ar_weight": 2.0})
+    with pytest.raises(ValueError, match=r"another recipe \(ar_weight: 1.0 -> 2.0\)"):
+        stage(changed, log=lambda _: None)
+    assert stage(TrainConfig(**args), log=lambda _: None)["status"] == "finished"
+
+
+def test_cached_eval_is_keyed_on_weights_and_settings(tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights v1")
+    calls = []
+
+    def run():
+        calls.append(1)
+        return {"runs": [len(calls)]}
+
+    path = str(tmp_path / "eval" / "eval.json")
+    assert cached_eval(path, {"m": str(model)}, {"n": 5}, run)["runs"] == [1]
+    assert cached_eval(path, {"m": str(model)}, {"n": 5}, run)["runs"] == [1]  # reused
+    assert cached_eval(path, {"m": str(model)}, {"n": 6}, run)["runs"] == [2]  # other settings
+    (model / "model.safetensors").write_bytes(b"weights v2")  # a retrained model
+    assert cached_eval(path, {"m": str(model)}, {"n": 6}, run)["runs"] == [3]

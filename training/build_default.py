@@ -11,6 +11,7 @@ card each), ablations/, eval/ (eval.json, frontier.html, ablations.json).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ from mars_core import DecodeConfig
 from training.evaluate import evaluate, summary_table, write_outputs
 from training.synthetic import make_examples
 from training.tokenizer import build_tokenizer, corpus_from_examples
-from training.train import TrainConfig, train
+from training.train import TrainConfig, changed_options, train
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,18 @@ def complete(folder: str) -> bool:
 def stage(cfg: TrainConfig, log) -> dict:
     """Train one stage unless done; resume from its checkpoints when a previous try stopped."""
     if complete(cfg.output):
-        log(f"[skip] {cfg.output} is complete")
         with open(os.path.join(cfg.output, "training_config.json"), encoding="utf-8") as f:
-            return json.load(f)
+            record = json.load(f)
+        # A finished stage is reused only if it is the stage this recipe asks for: after a recipe
+        # change, reusing it would silently ship a model the card does not describe. The input
+        # folders are the build's own (tokenizer/, tiny-ar-sft/); their paths change when a build
+        # folder is moved or copied, their content does not.
+        diffs = changed_options(record["args"], cfg, ignore=frozenset({"init", "tokenizer"}))
+        if diffs:
+            raise ValueError(f"{cfg.output} holds a finished run of another recipe ({diffs}); "
+                             "move it away (or pick a new --output) to train this one")
+        log(f"[skip] {cfg.output} is complete")
+        return record
     resume = os.path.isdir(os.path.join(cfg.output, "checkpoints")) and any(
         n.startswith("step-") for n in os.listdir(os.path.join(cfg.output, "checkpoints")))
     log(f"[train] {cfg.stage} -> {cfg.output}{' (resuming)' if resume else ''}")
@@ -128,9 +138,11 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log=print) ->
     log("[eval] AR baseline and MARS tau sweep")
     base = DecodeConfig(max_new_tokens=recipe.max_new_tokens, cache="sliding")
     eval_dir = os.path.join(output, "eval")
-    result = cached_eval(os.path.join(eval_dir, "eval.json"), lambda: evaluate(
-        {"ar-baseline": ar_dir, "mars": mars_dir}, recipe.eval_n, recipe.seed, recipe.eval_taus,
-        (recipe.block_size,), base))
+    models = {"ar-baseline": ar_dir, "mars": mars_dir}
+    settings = dict(n=recipe.eval_n, seed=recipe.seed, max_new_tokens=recipe.max_new_tokens)
+    result = cached_eval(
+        os.path.join(eval_dir, "eval.json"), models, {**settings, "taus": recipe.eval_taus},
+        lambda: evaluate(models, recipe.eval_n, recipe.seed, recipe.eval_taus, (recipe.block_size,), base))
     write_outputs(result, eval_dir)
     from training.model_card import write_cards
 
@@ -142,8 +154,9 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log=print) ->
         label, name = f"MARS w/o SFT loss B={B}", f"ablations/mars-b{B}-no-sft"
         path = mars(name, B, 0.0)
         log(f"[eval] ablation {label}")
-        r = cached_eval(os.path.join(output, name, "eval.json"), lambda: evaluate(
-            {label: path}, recipe.eval_n, recipe.seed, (1.0, 0.95), (B,), base))
+        r = cached_eval(
+            os.path.join(output, name, "eval.json"), {label: path}, {**settings, "B": B},
+            lambda: evaluate({label: path}, recipe.eval_n, recipe.seed, (1.0, 0.95), (B,), base))
         ablation_runs += r["runs"]
     with open(os.path.join(eval_dir, "ablations.json"), "w", encoding="utf-8") as f:
         json.dump({"runs": ablation_runs}, f, indent=2)
@@ -156,12 +169,26 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log=print) ->
     return record
 
 
-def cached_eval(path: str, run) -> dict:
-    """Evaluation results survive an interrupted build: reuse `path` when it exists."""
+def eval_digest(folders, settings: dict) -> str:
+    """sha256 over the weights of `folders` and the evaluation settings: what a result depends on."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for folder in folders:
+        with open(os.path.join(folder, "model.safetensors"), "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def cached_eval(path: str, models: dict[str, str], settings: dict, run) -> dict:
+    """Evaluation results survive an interrupted build: reuse `path` when it holds the result for
+    these weights and settings, so a retrained model is never shown with its predecessor's numbers."""
+    digest = eval_digest(models.values(), settings)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    result = run()
+            result = json.load(f)
+        if result.get("eval_sha256") == digest:
+            return result
+    result = {**run(), "eval_sha256": digest}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)

@@ -412,14 +412,21 @@ def quiet_tied_weight_warning():
         logger.setLevel(level)
 
 
+def changed_options(saved: dict, config: TrainConfig, ignore: frozenset = frozenset()) -> str:
+    """The options (outside RESUME_FREE and `ignore`) in which `config` differs from a recorded
+    run's args, as "name: old -> new, ..."; empty when it is the same run."""
+    now = json.loads(json.dumps(dataclasses.asdict(config)))
+    free = RESUME_FREE | ignore
+    changed = sorted(k for k, v in saved.items() if k not in free and now.get(k) != v)
+    return ", ".join(f"{k}: {saved[k]!r} -> {now.get(k)!r}" for k in changed)
+
+
 def load_checkpoint(accelerator, config: TrainConfig, path: str) -> TrainState:
     """Restore model/optimizer/scheduler/RNG from `path` after checking the run matches."""
     with open(os.path.join(path, STATE_FILE), encoding="utf-8") as f:
         saved = json.load(f)
-    now = json.loads(json.dumps(dataclasses.asdict(config)))
-    changed = sorted(k for k, v in saved["config"].items() if k not in RESUME_FREE and now.get(k) != v)
-    if changed:
-        diffs = ", ".join(f"{k}: {saved['config'][k]!r} -> {now.get(k)!r}" for k in changed)
+    diffs = changed_options(saved["config"], config)
+    if diffs:
         raise ValueError(f"cannot resume {path}: options differ from the checkpointed run ({diffs})")
     if saved["world_size"] != accelerator.num_processes:
         raise ValueError(f"cannot resume {path}: it was written by {saved['world_size']} processes, "
