@@ -17,10 +17,11 @@ CASES = [
      "3731"),
     ("Ines has 134 stickers. Ines donates 69 stickers. A friend gives Ines 42 more. "
      "How many stickers does Ines have at the end?", "107"),
+    ("How many hours are in 1740 minutes?", "29"),
     ("What is 5 kilograms in grams?", "5000"),
-    ("Change 111 feet into yards.", "37"),
+    ("Dan has cards showing [15, 82, 55, 93, 24, 80, 78]. Sort them from smallest to largest.",
+     "[15, 24, 55, 78, 80, 82, 93]"),
     ("What is the sum of [81, 80, 71, 91]?", "323"),
-    ("Yuki scored [48, 18, 58, 73, 11, 46, 61] in a game. What was the best score?", "73"),
 ]
 
 
