@@ -61,7 +61,8 @@ class Recipe:
         # MARS stage (900 steps), measured on that AR model (500 problems; tau = 1 / tau = 0.95 and
         # its tokens per forward): lr 5e-4 with ar_weight 1 -> 75.2% / 75.0% at 3.29, ar_weight 3 ->
         # 80.4% / 78.8% at 3.18; lr 2e-4 with ar_weight 1 -> 76.2% / 72.0% at 2.76, 2 -> 79.6% / 76.2%
-        # at 2.71, 4 -> 82.2% / 79.6% at 2.64, 8 -> 83.8% / 80.6% at 2.47. An AR-only re-warm at 5e-4
+        # at 2.71, 4 -> 82.2% / 79.6% at 2.64, 8 -> 83.8% / 80.6% at 2.47; lr 3e-4 with ar_weight 8 ->
+        # 82.6% / 78.8% at 2.73. An AR-only re-warm at 5e-4
         # gives 81.2%: re-warming a converged model forgets by itself, so a low lr is needed, and
         # the SFT weight is what keeps the one-token accuracy. A lower lr also trains the noisy half
         # less (lower tokens per forward, a bigger drop at tau = 0.95). We ship lr 2e-4, ar_weight 8:
