@@ -5,7 +5,7 @@ import os
 import pytest
 
 from mars_core import DecodeConfig, generate, load_model
-from training.build_default import cached_eval, main, stage
+from training.build_default import Recipe, cached_eval, main, stage
 from training.train import TrainConfig
 
 
@@ -20,6 +20,8 @@ def test_smoke_build_then_resume_is_a_no_op(tmp_path):
     result = json.loads((out / "eval" / "eval.json").read_text())
     assert {r["mode"] for r in result["runs"]} == {"ar", "mars"}
     assert json.loads((out / "eval" / "ablations.json").read_text())["runs"]
+    ablation = json.loads((out / "ablations" / "mars-b4-no-sft" / "training_config.json").read_text())
+    assert (ablation["ar_weight"], ablation["steps"]) == (0.0, Recipe.smoke().ablation_steps)
     before = (out / "build.json").stat().st_mtime_ns
     assert main(["--smoke", "--output", str(out)]) == 0  # everything complete: only re-evaluated cards
     assert json.loads((out / "tiny-mars-b4" / "training_config.json").read_text())["status"] == "finished"

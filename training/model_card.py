@@ -63,7 +63,8 @@ python -m training.build_default --output runs/default --install assets/models
   min, sum); one templated line per step, answers end in `#### <answer>`.
 - Stage 1 (AR SFT): {r.ar_steps} steps, batch {r.batch_size}, AdamW lr {r.ar_lr}, cosine with 3% warm-up.
 - Stage 2 (MARS): from stage 1, block size {r.block_size}, `ar_weight` {r.ar_weight} (the SFT loss),
-  {r.mars_steps} steps, lr {r.mars_lr}. Ablations: the same with `ar_weight` 0 ("w/o SFT loss").
+  {r.mars_steps} steps, lr {r.mars_lr}. Ablations: `ar_weight` 0 ("w/o SFT loss"), {r.ablation_steps} steps,
+  the same lr and data.
 - Seeds: data {r.seed}, training {r.seed}, evaluation split `eval` seed {r.seed} (disjoint from train).
 
 {_training_lines(summaries)}
@@ -84,8 +85,9 @@ Per task family:
 
 {summary_table({"runs": ablations}) if ablations else "not run"}
 
-Compare the one-token (`ar`) rows with the `mars` model's `ar` row above: the same MARS stage (steps,
-learning rate, data) with the SFT loss. Only B = {r.block_size} was trained with the SFT loss.
+Compare the one-token (`ar`) rows with the `mars` model's `ar` row above: the MARS stage with the SFT
+loss, the same learning rate and data{"" if r.ablation_steps == r.mars_steps else f", but {r.mars_steps} steps instead of {r.ablation_steps}: three MARS runs of {r.mars_steps} steps do not fit the 2-hour build (`Recipe.full()` lists a 900-step comparison)"}.
+Only B = {r.block_size} was trained with the SFT loss.
 
 The speed-quality frontier: `frontier.html` (and `frontier.png` where it could be exported).
 """
