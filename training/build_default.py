@@ -69,8 +69,9 @@ class Recipe:
         # (83.6%) and train the noisy half further: tau = 0.95 gives 80.6% at 2.94 tokens per
         # forward (2.47 at 900 steps). That is what we ship.
         # The ablations run 600 steps, not 1,500: three 1,500-step MARS runs do not fit in 2 hours.
-        # At 900 steps they measured 23.0% / 30.8% (B = 4) and 16.2% / 17.2% (B = 8), against 83.8%
-        # / 80.6% with the SFT loss at 900 steps: the collapse does not hinge on the step count.
+        # At 600 steps they measure 26.2% / 28.6% (B = 4) and 20.0% / 16.6% (B = 8); at 900 steps
+        # 23.0% / 30.8% and 16.2% / 17.2%, against 83.8% / 80.6% with the SFT loss at 900 steps:
+        # the collapse does not hinge on the step count.
         return Recipe(vocab_size=512, tokenizer_examples=20000, model_config="tiny", train_examples=150000,
                       max_length=320, batch_size=32, ar_steps=5000, ar_lr=1e-3, mars_steps=1500, mars_lr=2e-4,
                       ar_weight=8.0, block_size=4, ablation_block_sizes=(4, 8), ablation_steps=600, eval_n=500,
