@@ -82,8 +82,8 @@ class Recipe:
     def smoke() -> "Recipe":
         return Recipe(vocab_size=300, tokenizer_examples=500, model_config="micro", train_examples=600,
                       max_length=320, batch_size=8, ar_steps=12, ar_lr=3e-3, mars_steps=8, mars_lr=1e-3,
-                      ar_weight=1.0, block_size=4, ablation_block_sizes=(4,), ablation_steps=6, eval_n=12, eval_taus=(1.0, 0.9, 0.5),
-                      max_new_tokens=48, save_every=5)
+                      ar_weight=1.0, block_size=4, ablation_block_sizes=(4,), ablation_steps=6, eval_n=12,
+                      eval_taus=(1.0, 0.9, 0.5), max_new_tokens=48, save_every=5)
 
 
 def complete(folder: str) -> bool:

@@ -32,6 +32,9 @@ def _training_lines(summaries: dict) -> str:
 def card(title: str, summary: str, recipe, summaries: dict, result: dict, ablations: list[dict]) -> str:
     r = recipe
     main_runs = [x for x in result["runs"] if x["mode"] == "ar" or x["tau"] in (1.0, 0.95)]
+    steps_note = "" if r.ablation_steps == r.mars_steps else (
+        f", but {r.mars_steps} steps instead of {r.ablation_steps}: three MARS runs of {r.mars_steps} steps "
+        "do not fit the 2-hour build (`Recipe.full()` lists a 900-step comparison)")
     return f"""---
 license: apache-2.0
 library_name: transformers
@@ -86,7 +89,7 @@ Per task family:
 {summary_table({"runs": ablations}) if ablations else "not run"}
 
 Compare the one-token (`ar`) rows with the `mars` model's `ar` row above: the MARS stage with the SFT
-loss, the same learning rate and data{"" if r.ablation_steps == r.mars_steps else f", but {r.mars_steps} steps instead of {r.ablation_steps}: three MARS runs of {r.mars_steps} steps do not fit the 2-hour build (`Recipe.full()` lists a 900-step comparison)"}.
+loss, the same learning rate and data{steps_note}.
 Only B = {r.block_size} was trained with the SFT loss.
 
 The speed-quality frontier: `frontier.html` (and `frontier.png` where it could be exported).
