@@ -364,7 +364,7 @@ class Playground:
     @GPU
     def frontier_run(self, n, taus, block_size, max_new_tokens, session: Session, progress=gr.Progress()):
         from training.evaluate import DEFAULT_TAUS, run_one, summary_table
-        from training.synthetic import make_examples
+        from tasks.synthetic import make_examples
 
         n = as_int("problems", n, 1, self.opts.frontier_max_n)
         block_size = as_int("block size", block_size, 1, self.opts.max_block_size)
@@ -408,7 +408,7 @@ class Playground:
     # ---- batch & KV cache -------------------------------------------------------------------
     @GPU
     def batch_run(self, batch_size, cache, cache_block_size, tau, block_size, max_new_tokens, session: Session):
-        from training.synthetic import make_examples
+        from tasks.synthetic import make_examples
 
         batch_size = as_int("batch size", batch_size, 1, self.opts.batch_max)
         if cache not in CACHES:
@@ -503,7 +503,7 @@ def _idle_slots(accepted_per_step: list[list[int]]) -> int:
 
 
 def _examples() -> list[list[str]]:
-    from training.synthetic import make_examples
+    from tasks.synthetic import make_examples
 
     picked, seen = [], {}
     for ex in make_examples(30, 0, "eval"):

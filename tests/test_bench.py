@@ -1,10 +1,10 @@
-"""`python -m mars_core.bench` end to end on tiny random models saved to a temporary folder."""
+"""`python -m benchmarks.bench` end to end on tiny random models saved to a temporary folder."""
 import json
 
 import pytest
 
 from conftest import make_model, make_tokenizer
-from mars_core import bench
+from benchmarks import bench
 
 FAST = "hf-generate,ar,ar-cursor,hf-prompt-lookup,mars-nocache,mars-sliding,mars-block,mars-cursor"
 
@@ -113,7 +113,7 @@ def test_mars_rows_accept_several_tokens_per_forward(models, tmp_path):
 
 
 def test_profiling_reports_forward_share_and_top_ops(models, tmp_path, capsys):
-    from mars_core import profiling
+    from benchmarks import profiling
 
     out = tmp_path / "profile.txt"
     assert profiling.main(["--method", "mars-cursor", "--ar-model", models["ar"], "--mars-model", models["mars"],
@@ -125,7 +125,7 @@ def test_profiling_reports_forward_share_and_top_ops(models, tmp_path, capsys):
 
 
 def test_profiling_bad_method_is_a_clear_error(models, capsys):
-    from mars_core import profiling
+    from benchmarks import profiling
 
     with pytest.raises(SystemExit) as e:
         profiling.main(["--method", "nope", "--ar-model", models["ar"], "--mars-model", models["mars"]])

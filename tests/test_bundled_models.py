@@ -9,7 +9,7 @@ import os
 import pytest
 
 from mars_core import DecodeConfig, generate, load_model
-from training.synthetic import score
+from tasks.synthetic import score
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "models")
 CASES = [

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import make_model
 from training.evaluate import main, summary_table
-from training.synthetic import make_examples
+from tasks.synthetic import make_examples
 from training.tokenizer import build_tokenizer, corpus_from_examples
 
 

@@ -1,12 +1,12 @@
-"""Tests for the seeded synthetic task generator (training.synthetic)."""
+"""Tests for the seeded synthetic task generator (tasks.synthetic)."""
 
 import json
 import re
 
 import pytest
 
-from training import synthetic
-from training.synthetic import extract_answer, make_examples, score
+from tasks import synthetic
+from tasks.synthetic import extract_answer, make_examples, score
 
 
 

@@ -4,7 +4,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from training import tokenizer as tok
-from training.synthetic import make_examples
+from tasks.synthetic import make_examples
 
 VOCAB = 512
 

@@ -15,7 +15,7 @@ import mars_core
 from mars_core import DecodeConfig
 from training import data as D
 from training import train as T
-from training.synthetic import make_examples
+from tasks.synthetic import make_examples
 from training.tokenizer import build_tokenizer, chat_ids, corpus_from_examples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

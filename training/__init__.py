@@ -1,1 +1,1 @@
-"""Training utilities: synthetic task data and tokenizer construction."""
+"""Training: tokenizer, data, AR SFT and MARS stages, evaluation, the default build."""

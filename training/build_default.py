@@ -23,7 +23,7 @@ import torch
 
 from mars_core import DecodeConfig
 from training.evaluate import evaluate, summary_table, write_outputs
-from training.synthetic import make_examples
+from tasks.synthetic import make_examples
 from training.tokenizer import build_tokenizer, corpus_from_examples
 from training.train import TrainConfig, changed_options, train
 

@@ -2,7 +2,7 @@
 
 A record is ``{"messages": [{"role": ..., "content": ...}, ...]}`` (other keys are ignored).
 Sources (:func:`load_records`): a local JSONL file, the word ``synthetic`` (the seeded tasks of
-``training.synthetic``) or a Hugging Face dataset name (needs the optional ``datasets``
+``tasks.synthetic``) or a Hugging Face dataset name (needs the optional ``datasets``
 package and a network).
 
 Bad data fails early with a clear message instead of deep inside torch:
@@ -146,7 +146,7 @@ def load_records(source: str, *, num_examples: int | None = None, seed: int = 0,
     if num_examples is not None and num_examples < 1:
         raise ValueError(f"num_examples must be >= 1, got {num_examples}")
     if source == SYNTHETIC:
-        from training.synthetic import make_examples
+        from tasks.synthetic import make_examples
 
         examples = make_examples(num_examples or 10_000, seed, split)
         return _collect(examples, lambda i: f"synthetic example {i}")

@@ -20,7 +20,7 @@ from dataclasses import asdict, replace
 import torch
 
 from mars_core import DecodeConfig, generate, load_model
-from training.synthetic import make_examples, score
+from tasks.synthetic import make_examples, score
 
 DEFAULT_TAUS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from training import synthetic as syn
+from tasks import synthetic as syn
 from training.evaluate import summary_table
 
 
@@ -58,7 +58,7 @@ python -m training.build_default --output runs/default --install assets/models
   ({summaries['ar']['num_parameters']:,} parameters), our byte-level BPE tokenizer
   (vocabulary {r.vocab_size}, every digit its own token, `<|mask|>` added), chat template
   `<|user|>\\n...<|end|>\\n<|assistant|>\\n`.
-- Data: `training.synthetic` train split, {r.train_examples:,} examples (seed {r.seed}): 60% arithmetic
+- Data: `tasks.synthetic` train split, {r.train_examples:,} examples (seed {r.seed}): 60% arithmetic
   word problems (1-3 steps of +, -, *, / on values up to {syn.MAX_VALUE}: start values
   {syn.START_RANGE[0]}-{syn.START_RANGE[1]}, amounts {syn.ADD_RANGE[0]}-{syn.ADD_RANGE[1]}, factors and divisors
   {syn.FACTOR_RANGE[0]}-{syn.FACTOR_RANGE[1]} with the multiplication and division work shown), 20% unit
@@ -76,7 +76,7 @@ python -m training.build_default --output runs/default --install assets/models
 
 T/F = tokens per forward per sequence (counted). "= AR": share of problems whose MARS output equals
 this model's own AR output token for token. Tokens/s are this CPU's, batch {result['batch_size']}, and are
-not the benchmark (see `python -m mars_core.bench`).
+not the benchmark (see `python -m benchmarks.bench`).
 
 {summary_table(result)}
 

@@ -120,7 +120,7 @@ def chat_ids(tokenizer: PreTrainedTokenizerFast, messages: list[dict]) -> list[i
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m training.tokenizer``."""
-    from training.synthetic import make_examples  # keeps the import graph one-way
+    from tasks.synthetic import make_examples  # keeps the import graph one-way
 
     parser = argparse.ArgumentParser(
         prog="python -m training.tokenizer",

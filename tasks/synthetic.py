@@ -29,7 +29,7 @@ stable SHA-256 hash of that key puts it in exactly one split. Because the
 key is coarser than the question text, eval questions are not only absent
 from train, even their underlying calculations are.
 
-CLI: ``python -m training.synthetic --n 1000 --seed 0 --split train
+CLI: ``python -m tasks.synthetic --n 1000 --seed 0 --split train
 --output FILE.jsonl`` writes JSONL; ``--show K`` prints K examples.
 """
 
@@ -542,9 +542,9 @@ def _show(examples: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point for ``python -m training.synthetic``."""
+    """Entry point for ``python -m tasks.synthetic``."""
     parser = argparse.ArgumentParser(
-        prog="python -m training.synthetic",
+        prog="python -m tasks.synthetic",
         description="Generate seeded synthetic chat examples (arithmetic 60%, "
         "units 20%, lists 20%). Solutions end in the line '#### <answer>'.",
     )

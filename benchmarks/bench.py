@@ -1,7 +1,7 @@
 """Decoding speed benchmark: AR baselines against MARS with every KV-cache mode, in one run.
 
-    python -m mars_core.bench --output runs/bench
-    python -m mars_core.bench --ar-model A --mars-model M --batch-sizes 1,8 --taus 0.95,0.8 --output out/
+    python -m benchmarks.bench --output runs/bench
+    python -m benchmarks.bench --ar-model A --mars-model M --batch-sizes 1,8 --taus 0.95,0.8 --output out/
 
 Every method decodes the same prompts (default: held-out synthetic problems) with the same
 `max_new_tokens`, greedy. Methods are timed in one process, after a warm-up, interleaved: each
@@ -132,9 +132,9 @@ def _hf_batch(model, ids: list[list[int]], pad_id: int, stop: list[int], max_new
 
 def run_chunk(method: Method, model, tok, ids: list[list[int]], tau: float, args, counter: CallCounter):
     """Decode one chunk; returns (token ids per prompt, row forwards)."""
-    from .config import DecodeConfig
-    from .generate import decode_steps
-    from .prompts import special_ids
+    from mars_core.config import DecodeConfig
+    from mars_core.generate import decode_steps
+    from mars_core.prompts import special_ids
 
     _, pad_id, stop = special_ids(model, tok)
     if method.kind == "hf":
@@ -222,7 +222,7 @@ def load_prompts(args) -> list[dict]:
         if not out:
             raise ValueError(f"--prompts {args.prompts!r} holds no prompts")
         return out[: args.n]
-    from training.synthetic import make_examples
+    from tasks.synthetic import make_examples
 
     return [{"prompt": ex["messages"][0]["content"], "answer": ex["answer"]}
             for ex in make_examples(args.n, args.seed, "eval")]
@@ -237,10 +237,10 @@ def _block_size_of(path: str) -> int | None:
 
 
 def benchmark(args) -> dict:
-    from training.synthetic import score
+    from tasks.synthetic import score
 
-    from .loading import load_model
-    from .prompts import encode_prompt
+    from mars_core.loading import load_model
+    from mars_core.prompts import encode_prompt
 
     methods = method_list(args.methods, args.cache_block_sizes)
     for m in methods:
@@ -450,7 +450,7 @@ def _names(text: str) -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mars_core.bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ar-model", default=DEFAULT_AR, help=f"AR baseline folder or hub id (default {DEFAULT_AR})")
     p.add_argument("--mars-model", default=DEFAULT_MARS, help=f"MARS model folder or hub id (default {DEFAULT_MARS})")
@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--device cuda: no CUDA device is available")
     try:
         method_list(a.methods, a.cache_block_sizes)
-        from .config import check_tau
+        from mars_core.config import check_tau
 
         for t in a.taus:
             check_tau(t, a.metric)

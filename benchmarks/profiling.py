@@ -1,9 +1,9 @@
 """Where a decode spends its time: the model's forward against the decode loop around it.
 
-    python -m mars_core.profiling --method mars-cursor --batch-size 16
-    python -m mars_core.profiling --method ar --batch-size 1 --top 20 --output runs/profile.txt
+    python -m benchmarks.profiling --method mars-cursor --batch-size 16
+    python -m benchmarks.profiling --method ar --batch-size 1 --top 20 --output runs/profile.txt
 
-Decodes the same held-out synthetic prompts as `python -m mars_core.bench` once to warm up, then
+Decodes the same held-out synthetic prompts as `python -m benchmarks.bench` once to warm up, then
 once more under `torch.profiler`, and prints
 
 * wall-clock, forwards and milliseconds per forward;
@@ -47,9 +47,9 @@ class ForwardTimer:
 
 def profile(args) -> str:
     from .bench import run_all
-    from .loading import load_model
-    from .prompts import encode_prompt
-    from training.synthetic import make_examples
+    from mars_core.loading import load_model
+    from mars_core.prompts import encode_prompt
+    from tasks.synthetic import make_examples
 
     (method,) = method_list([args.method], (args.cache_block_size,))
     model, tok = load_model(args.ar_model if method.model == "ar" else args.mars_model, dtype=args.dtype)
@@ -77,7 +77,7 @@ def profile(args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mars_core.profiling", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.profiling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", default="mars-cursor",
                    help="one of " + ", ".join(FIXED_METHODS) + ", mars-block-<N> (default mars-cursor)")
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     try:
         method_list([a.method], (a.cache_block_size,))
-        from .config import check_tau
+        from mars_core.config import check_tau
 
         check_tau(a.tau, a.metric)
     except ValueError as e:

@@ -1,0 +1,1 @@
+"""Benchmarks and profiling: above mars_core and tasks, below the app."""

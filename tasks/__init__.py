@@ -1,0 +1,1 @@
+"""Tasks: the synthetic GSM8K-style problems and their scorer (ground floor: imports nothing of ours)."""
