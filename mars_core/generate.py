@@ -7,10 +7,12 @@ from typing import Iterator
 from .config import DecodeConfig, TauControl, check_tau
 from .decode_block import decode_block
 from .decode_cursor import decode_cursor
+from .decode_exact import decode_exact
 from .decode_reference import decode_reference
 from .decode_sliding import decode_sliding
 from .decoding import DecodeStats, Rows, StepEvent
 from .prompts import check_prompts, encode_prompt, special_ids
+from .speculative import check_draft_model
 
 
 @dataclass
@@ -26,8 +28,12 @@ def _context_limit(model) -> int | None:
 
 
 def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeConfig,
-                 control: TauControl | None = None) -> tuple[Rows, Iterator[StepEvent]]:
-    """Set up a decode of already-tokenised prompts; returns the rows and the step iterator."""
+                 control: TauControl | None = None, draft_model=None) -> tuple[Rows, Iterator[StepEvent]]:
+    """Set up a decode of already-tokenised prompts; returns the rows and the step iterator.
+
+    `draft_model` (mode="spec" only): a causal LM with the target's tokenizer that proposes
+    `config.draft_tokens` tokens per step.
+    """
     if not isinstance(config, DecodeConfig):
         raise ValueError(f"config must be a DecodeConfig, got {type(config).__name__}")
     if control is None:
@@ -38,16 +44,19 @@ def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeCo
     for i, ids in enumerate(prompt_ids):
         if not ids:
             raise ValueError(f"prompt {i} encodes to no tokens")
-        need = len(ids) + config.max_new_tokens + config.effective_block_size
+        need = len(ids) + config.max_new_tokens + config.lookahead
         if limit is not None and need > limit:
             raise ValueError(
                 f"prompt {i} has {len(ids)} tokens; with max_new_tokens={config.max_new_tokens} "
                 f"it needs {need} positions but the model has {limit}"
             )
     mask_id, pad_id, stop_ids = special_ids(model, tokenizer)
+    check_draft_model(model, draft_model, tokenizer, config, mask_id)
     device = next(model.parameters()).device
     rows = Rows(prompt_ids, config, control, stop_ids, device)
-    if config.cache == "none":
+    if config.mode in ("lossless", "spec"):
+        steps = decode_exact(model, rows, mask_id, pad_id, draft_model)
+    elif config.cache == "none":
         steps = decode_reference(model, rows, mask_id, pad_id)
     elif config.cache == "sliding":
         steps = decode_sliding(model, rows, mask_id, pad_id)
@@ -59,11 +68,13 @@ def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeCo
 
 
 def generate(model, tokenizer, prompts: list[str], config: DecodeConfig,
-             control: TauControl | None = None, chat: bool = True) -> GenerateResult:
-    """Decode a batch of prompts to completion. Each row decodes exactly as it would alone."""
+             control: TauControl | None = None, chat: bool = True, draft_model=None) -> GenerateResult:
+    """Decode a batch of prompts to completion. Each row decodes exactly as it would alone.
+
+    `draft_model`: the draft for mode="spec" (a causal LM with the same tokenizer)."""
     prompts = check_prompts(prompts)
     ids = [encode_prompt(tokenizer, p, chat) for p in prompts]
-    rows, steps = decode_steps(model, tokenizer, ids, config, control)
+    rows, steps = decode_steps(model, tokenizer, ids, config, control, draft_model)
     for _ in steps:
         pass
     texts = tokenizer.batch_decode(rows.out, skip_special_tokens=True)
@@ -71,7 +82,7 @@ def generate(model, tokenizer, prompts: list[str], config: DecodeConfig,
 
 
 def stream(model, tokenizer, prompt: str, config: DecodeConfig,
-           control: TauControl | None = None, chat: bool = True) -> Iterator[StepEvent]:
+           control: TauControl | None = None, chat: bool = True, draft_model=None) -> Iterator[StepEvent]:
     """Yield one `StepEvent` per forward for a single prompt (index 0 of each field).
 
     Pass a `TauControl` to change tau (or stop) while the iterator runs.
@@ -80,5 +91,5 @@ def stream(model, tokenizer, prompt: str, config: DecodeConfig,
     if control is not None:
         check_tau(control.tau, config.metric)
     ids = [encode_prompt(tokenizer, prompt, chat)]
-    _, steps = decode_steps(model, tokenizer, ids, config, control)
+    _, steps = decode_steps(model, tokenizer, ids, config, control, draft_model)
     yield from steps
