@@ -35,6 +35,7 @@ from .prompts import special_ids
 from .tau_policy import FixedTau, Load
 
 DEFAULT_MAX_LEN = 4096  # slots of buffer per row when the model declares no (smaller) context
+REPLY_WINDOW = 32  # finished replies whose average length the policy sees
 
 
 @dataclass
@@ -126,6 +127,7 @@ class Batcher:
         self.steps = 0
         self._next_id = 0
         self._last: tuple[float, float] | None = None  # (seconds, tokens per row) of the last step
+        self._replies: deque[int] = deque(maxlen=REPLY_WINDOW)  # lengths of recent finished replies
 
     # ---------------------------------------------------------------------------------------
     def submit(self, request: Request) -> int:
@@ -163,7 +165,8 @@ class Batcher:
 
     def load(self) -> Load:
         secs, tpr = self._last if self._last else (None, None)
-        return Load(len(self.waiting), len(self.live), self.slots, secs, tpr)
+        reply = sum(self._replies) / len(self._replies) if self._replies else None
+        return Load(len(self.waiting), len(self.live), self.slots, secs, tpr, reply)
 
     # ---------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -258,6 +261,7 @@ class Batcher:
                 self.live[i] = self.live[last]
             self.live.pop()
             self.done[s.request_id] = s
+            self._replies.append(len(s.out))
 
 
 def _strictest(tau: float, metric: str) -> bool:

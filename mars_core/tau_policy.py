@@ -8,23 +8,30 @@ once per forward of a continuous batch (`mars_core.serving`). `FixedTau` is the 
 `AdaptiveTau` is pure: no clock, no I/O, no torch. Its output depends only on the loads it was
 shown, so it is tested with scripted loads and replays exactly.
 
-Pressure, the one number it reacts to, is the larger of
-  backlog / slots                 requests waiting + running per batch row (> 1: a queue), and
-  token latency / latency_target  recent seconds per generated token as a running request sees
-                                  it (forward time / tokens it accepted), against the target.
-The latency term is measured, so the policy also reacts to a slower machine (contention, a
-longer context) and not only to the queue.
+Pressure, the one number it reacts to, is the latency a request arriving now can expect, as a
+fraction of the operator's `latency_target` (seconds from arrival to the last token):
+
+    service  = reply_tokens * token_latency     decoding one typical reply at today's pace
+    pressure = max(1, backlog / slots) * service / latency_target
+
+token_latency is measured: the recent seconds per generated token a running request sees
+(forward time / tokens it accepted), so the policy reacts to a slower machine (contention, a
+longer context, a bigger batch) as well as to the queue; reply_tokens is the recent average
+length of finished replies; backlog / slots > 1 means a queue, and a newcomer waits for about
+backlog / slots - 1 rounds of service before it starts.
 
 Hysteresis, so that it does not oscillate:
-- relax (one level looser) when pressure >= `high` for `patience` forwards in a row and the
+- relax (one rung looser) when pressure >= `high` for `patience` forwards in a row and the
   backlog has not shrunk since the last relaxation (a queue that is draining needs no looser
   tau; the reference is forgotten once pressure falls below `high`);
-- tighten (one level stricter) when the pressure *predicted at the stricter level* is <= `low`
+- tighten (one rung stricter) when the pressure *predicted at the stricter rung* is <= `low`
   for `tighten_patience` forwards in a row. A stricter tau emits fewer tokens per forward, so
-  both the token latency and the time a request holds a row grow by tokens-per-forward here /
-  tokens-per-forward there (measured at each level; 1 at tau = 1); the policy only tightens
-  when even that scaled-up pressure is below `low`, so the move cannot push it back over
-  `high` (low < high leaves a band for the prediction's error).
+  both the token latency and the time a request holds a row grow by r = tokens-per-forward
+  here / tokens-per-forward there (measured at each rung; 1 at tau = 1): predicted =
+  max(1, backlog * r / slots) * service * r / latency_target, with the backlog averaged over
+  about `tighten_patience` forwards (the number of running requests jumps as single requests
+  come and go). low < high leaves a band for the prediction's error, so a move does not
+  undo itself.
 """
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ class Load:
     slots:          rows the batch can hold
     step_seconds:   wall time of the previous forward step (None before the first)
     tokens_per_row: tokens each running request accepted in that step, on average (None: idem)
+    reply_tokens:   recent average length of finished replies, tokens (None: none finished yet)
     """
 
     waiting: int
@@ -50,6 +58,7 @@ class Load:
     slots: int
     step_seconds: float | None = None
     tokens_per_row: float | None = None
+    reply_tokens: float | None = None
 
 
 class FixedTau:
@@ -75,8 +84,10 @@ class AdaptiveConfig:
                        strict end is tau_min.
     step:              spacing of the ladder of tau values, from the strict end to the loose end
                        (the loose bound is always the last rung).
-    latency_target:    seconds per generated token a running request may see.
-    high, low:         pressure thresholds, 0 < low < high.
+    latency_target:    seconds from a request's arrival to its last token the operator aims at.
+    high, low:         pressure thresholds (fractions of the target), 0 < low < high. The
+                       pressure is an expected latency and the target usually a tail (p95), so
+                       `high` sits well below 1.
     patience:          forwards in a row at pressure >= high before relaxing one rung.
     tighten_patience:  forwards in a row at predicted pressure <= low before tightening one rung.
     smoothing:         weight of the newest step in the moving averages, in (0, 1].
@@ -85,11 +96,11 @@ class AdaptiveConfig:
     tau_min: float = 0.7
     tau_max: float = 1.0
     step: float = 0.05
-    latency_target: float = 0.02
-    high: float = 1.0
-    low: float = 0.6
+    latency_target: float = 2.0
+    high: float = 0.5
+    low: float = 0.25
     patience: int = 4
-    tighten_patience: int = 16
+    tighten_patience: int = 32
     smoothing: float = 0.3
     metric: str = "probability"
 
@@ -134,6 +145,7 @@ class AdaptiveTau:
         self.tpf = [1.0] + [None] * (len(self.ladder) - 1)  # tokens per row per forward at each rung
         self.streak = 0  # forwards in a row that asked for the same move (+: relax, -: tighten)
         self.backlog_at_move = 0
+        self.backlog = None  # slow moving average of waiting + running, for tightening
         self.pressure = 0.0  # the last pressure seen, for plots and logs
 
     @property
@@ -152,25 +164,28 @@ class AdaptiveTau:
     def __call__(self, load: Load) -> float:
         cfg = self.config
         self._observe(load)
-        backlog = load.waiting + load.running
-        latency = 0.0 if self.latency is None else self.latency / cfg.latency_target
-        self.pressure = max(backlog / max(load.slots, 1), latency)
+        backlog, slots = load.waiting + load.running, max(load.slots, 1)
+        slow = 2 / (cfg.tighten_patience + 1)
+        self.backlog = backlog if self.backlog is None else (1 - slow) * self.backlog + slow * backlog
+        service = (load.reply_tokens or 0.0) * (self.latency or 0.0)  # seconds per typical reply
+        self.pressure = max(1.0, backlog / slots) * service / cfg.latency_target
         want = 0
         if self.pressure >= cfg.high and self.level < len(self.ladder) - 1 and backlog >= self.backlog_at_move:
             want = 1
         elif self.level > 0:
-            here, there = self.tpf[self.level] or 1.0, self.tpf[self.level - 1] or 1.0
-            if self.pressure * here / there <= cfg.low:
+            r = (self.tpf[self.level] or 1.0) / (self.tpf[self.level - 1] or 1.0)
+            if max(1.0, self.backlog * r / slots) * service * r / cfg.latency_target <= cfg.low:
                 want = -1
         self.streak = self.streak + want if want and (self.streak * want) >= 0 else want
         if self.streak >= cfg.patience or -self.streak >= cfg.tighten_patience:
             self.level += 1 if self.streak > 0 else -1
             self.streak = 0
             self.backlog_at_move = backlog
+            self.latency = None  # measured afresh at the new rung (else its lag would overshoot)
         if self.pressure < cfg.high:
             self.backlog_at_move = 0  # the episode is over: the next rise starts afresh
         return self.tau
 
     def __repr__(self) -> str:
         c = self.config
-        return f"AdaptiveTau({c.tau_max:g}..{c.tau_min:g}, target {1000 * c.latency_target:g} ms/token)"
+        return f"AdaptiveTau({c.tau_max:g}..{c.tau_min:g}, target {c.latency_target:g} s)"

@@ -216,3 +216,16 @@ def test_per_row_tau_tensor_matches_scalar_rule():
     for tau in [1.0, 1 - 1e-12, 0.95, 0.9500000001]:
         row = passes(conf.expand(2, 4), torch.tensor([tau, tau], dtype=torch.float64), "probability")
         assert row[0].tolist() == row[1].tolist() == passes(conf, tau, "probability")[0].tolist(), tau
+
+
+def test_adaptive_policy_moves_tau_and_requests_still_equal_alone(confident_model, tokenizer):
+    from mars_core.tau_policy import AdaptiveTau
+
+    policy = AdaptiveTau(latency_target=0.02, patience=2, tighten_patience=3, tau_min=0.5)
+    b = Batcher(confident_model, tokenizer, DecodeConfig(block_size=4), slots=2, policy=policy)
+    arrivals = [(4 * i, Request(encode_prompt(tokenizer, p), max_new_tokens=30)) for i, p in enumerate(MORE)]
+    ids, steps = serve(b, arrivals)
+    assert len({s.tau for s in steps}) > 1  # the policy really moved
+    for rid, (_, req) in zip(ids, arrivals):
+        s = b.done[rid]
+        assert (s.out, s.accepted) == alone(confident_model, tokenizer, req, s.taus), rid
