@@ -36,6 +36,8 @@ Hysteresis, so that it does not oscillate:
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 from .config import METRICS, _check_int, check_tau
@@ -90,7 +92,10 @@ class AdaptiveConfig:
                        `high` sits well below 1.
     patience:          forwards in a row at pressure >= high before relaxing one rung.
     tighten_patience:  forwards in a row at predicted pressure <= low before tightening one rung.
-    smoothing:         weight of the newest step in the moving averages, in (0, 1].
+    window:            steps whose median per-token latency the policy reads: a median, so that
+                       one forward the OS preempted (tens of ms on a shared CPU) does not move
+                       tau, while a machine slow for half the window does.
+    smoothing:         weight of the newest step in the tokens-per-forward averages, in (0, 1].
     """
 
     tau_min: float = 0.7
@@ -98,9 +103,10 @@ class AdaptiveConfig:
     step: float = 0.05
     latency_target: float = 2.0
     high: float = 0.5
-    low: float = 0.25
-    patience: int = 4
+    low: float = 0.35
+    patience: int = 8
     tighten_patience: int = 32
+    window: int = 16
     smoothing: float = 0.3
     metric: str = "probability"
 
@@ -118,6 +124,7 @@ class AdaptiveConfig:
             raise ValueError(f"low ({self.low:g}) must be < high ({self.high:g}): the gap is the hysteresis band")
         _check_int("patience", self.patience, 1)
         _check_int("tighten_patience", self.tighten_patience, 1)
+        _check_int("window", self.window, 1)
         s = self.smoothing
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s <= 1:
             raise ValueError(f"smoothing must be in (0, 1], got {s!r}")
@@ -141,7 +148,7 @@ class AdaptiveTau:
         self.metric = self.config.metric
         self.ladder = self.config.ladder()
         self.level = 0  # index into the ladder: 0 is the strict end
-        self.latency: float | None = None  # moving average of seconds per token
+        self.recent: deque[float] = deque(maxlen=self.config.window)  # seconds per token, latest steps
         self.tpf = [1.0] + [None] * (len(self.ladder) - 1)  # tokens per row per forward at each rung
         self.streak = 0  # forwards in a row that asked for the same move (+: relax, -: tighten)
         self.backlog_at_move = 0
@@ -152,11 +159,16 @@ class AdaptiveTau:
     def tau(self) -> float:
         return self.ladder[self.level]
 
+    @property
+    def latency(self) -> float:
+        """Median seconds per token over the recent steps at this rung (0 before any)."""
+        return statistics.median(self.recent) if self.recent else 0.0
+
     def _observe(self, load: Load) -> None:
         a = self.config.smoothing
         if load.step_seconds is not None and load.tokens_per_row:
             seen = load.step_seconds / load.tokens_per_row
-            self.latency = seen if self.latency is None else (1 - a) * self.latency + a * seen
+            self.recent.append(seen)
             if self.level > 0:  # the strict rung is one token per forward by definition
                 old = self.tpf[self.level]
                 self.tpf[self.level] = load.tokens_per_row if old is None else (1 - a) * old + a * load.tokens_per_row
@@ -167,7 +179,7 @@ class AdaptiveTau:
         backlog, slots = load.waiting + load.running, max(load.slots, 1)
         slow = 2 / (cfg.tighten_patience + 1)
         self.backlog = backlog if self.backlog is None else (1 - slow) * self.backlog + slow * backlog
-        service = (load.reply_tokens or 0.0) * (self.latency or 0.0)  # seconds per typical reply
+        service = (load.reply_tokens or 0.0) * self.latency  # seconds per typical reply
         self.pressure = max(1.0, backlog / slots) * service / cfg.latency_target
         want = 0
         if self.pressure >= cfg.high and self.level < len(self.ladder) - 1 and backlog >= self.backlog_at_move:
@@ -181,7 +193,7 @@ class AdaptiveTau:
             self.level += 1 if self.streak > 0 else -1
             self.streak = 0
             self.backlog_at_move = backlog
-            self.latency = None  # measured afresh at the new rung (else its lag would overshoot)
+            self.recent.clear()  # measured afresh at the new rung (else its lag would overshoot)
         if self.pressure < cfg.high:
             self.backlog_at_move = 0  # the episode is over: the next rise starts afresh
         return self.tau
