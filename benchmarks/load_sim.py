@@ -148,6 +148,9 @@ def simulate(batcher, prompts: list[list[int]], times: list[float], settings: Lo
         if progress is not None and len(steps) % 25 == 0:
             done = sum(f is not None for f in finish)
             progress(done / n, f"{done}/{n} requests done, clock {now:.1f} s")
+    if progress is not None:
+        done = sum(f is not None for f in finish)
+        progress(done / n, f"{done}/{n} requests done" + (" (stopped at the time limit)" if stopped else ""))
     state = {i: batcher.done.get(r) for r, i in rid_of.items()}
     outs = [state[i].out if state.get(i) is not None and finish[i] is not None else None for i in range(n)]
     taus = [state[i].taus if state.get(i) is not None else [] for i in range(n)]
