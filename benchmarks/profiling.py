@@ -23,7 +23,12 @@ import time
 
 import torch
 
-from .bench import DEFAULT_AR, DEFAULT_MARS, FIXED_METHODS, method_list
+from mars_core.loading import load_model
+from mars_core.prompts import encode_prompt
+from tasks.synthetic import make_examples
+
+from .measure import DEFAULT_AR, DEFAULT_MARS, run_all
+from .methods import fixed_methods, method_list
 
 
 class ForwardTimer:
@@ -46,11 +51,6 @@ class ForwardTimer:
 
 
 def profile(args) -> str:
-    from .bench import run_all
-    from mars_core.loading import load_model
-    from mars_core.prompts import encode_prompt
-    from tasks.synthetic import make_examples
-
     (method,) = method_list([args.method], (args.cache_block_size,))
     model, tok = load_model(args.ar_model if method.model == "ar" else args.mars_model, dtype=args.dtype)
     prompts = [ex["messages"][0]["content"] for ex in make_examples(args.batch_size, args.seed, "eval")]
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.profiling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", default="mars-cursor",
-                   help="one of " + ", ".join(FIXED_METHODS) + ", mars-block-<N> (default mars-cursor)")
+                   help="one of " + ", ".join(fixed_methods()) + ", mars-block-<N> (default mars-cursor)")
     p.add_argument("--ar-model", default=DEFAULT_AR)
     p.add_argument("--mars-model", default=DEFAULT_MARS)
     p.add_argument("--batch-size", type=int, default=16)

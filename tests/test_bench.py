@@ -4,7 +4,7 @@ import json
 import pytest
 
 from conftest import make_model, make_tokenizer
-from benchmarks import bench
+from benchmarks import bench, methods
 
 FAST = "hf-generate,ar,ar-cursor,hf-prompt-lookup,mars-nocache,mars-sliding,mars-block,mars-cursor"
 
@@ -49,20 +49,20 @@ def test_bench_end_to_end(models, tmp_path, capsys):
         assert r["same_as_ref"] == 1.0, r["method"]
     for b in (1, 2):
         base = [r for r in runs if r["batch_size"] == b and r["method"] == r["baseline"]]
-        assert len(base) == 1 and base[0]["method"] in bench.AR_BASELINES and base[0]["speedup"] == 1.0
+        assert len(base) == 1 and base[0]["method"] in methods.ar_baselines() and base[0]["speedup"] == 1.0
     assert result["environment"]["threads"] == 1 and result["n_prompts"] == 3
     assert any("tokens/s" in n for n in result["notes"])
 
 
 def test_failing_optional_method_is_reported_not_fatal(models, tmp_path, monkeypatch):
-    real = bench._hf_batch
+    real = methods._hf_batch
 
     def broken(model, ids, pad_id, stop, max_new, **kw):
         if "cache_implementation" in kw:
             raise RuntimeError("no compiler here")
         return real(model, ids, pad_id, stop, max_new, **kw)
 
-    monkeypatch.setattr(bench, "_hf_batch", broken)
+    monkeypatch.setattr(methods, "_hf_batch", broken)
     assert bench.main(args(models, tmp_path, "--methods", "hf-generate,ar-static-compile", "--batch-sizes", "1")) == 0
     runs = {r["method"]: r for r in json.loads((tmp_path / "bench.json").read_text())["runs"]}
     assert runs["hf-generate"]["status"] == "ok"
