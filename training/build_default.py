@@ -25,7 +25,9 @@ from mars_core import DecodeConfig
 from training.evaluate import evaluate, summary_table, write_outputs
 from tasks.synthetic import make_examples
 from training.tokenizer import build_tokenizer, corpus_from_examples
-from training.train import TrainConfig, changed_options, train
+from training.checkpoint import changed_options
+from training.train import train
+from training.train_config import TrainConfig
 
 
 @dataclass(frozen=True)
