@@ -39,6 +39,7 @@ except ImportError:
         return fn if fn is not None else (lambda f: f)
 
 from mars_core.config import CACHES, METRICS  # noqa: E402  (one source of truth)
+from mars_core.lists import parse_list  # noqa: E402
 AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
 PRESETS = ("bundled", "released (hub)", "custom")
 MAX_PROMPT_CHARS = 20000
@@ -369,10 +370,7 @@ class Playground:
         n = as_int("problems", n, 1, self.opts.frontier_max_n)
         block_size = as_int("block size", block_size, 1, self.opts.max_block_size)
         max_new_tokens = as_int("max new tokens", max_new_tokens, 1, self.opts.max_new_tokens_cap)
-        try:
-            tau_list = [float(t) for t in str(taus).split(",") if t.strip()] or list(DEFAULT_TAUS)
-        except ValueError:
-            raise ValueError(f"taus must be comma-separated numbers, got {taus!r}") from None
+        tau_list = list(parse_list(taus, float, allow_empty=True, name="taus")) or list(DEFAULT_TAUS)
         if len(tau_list) > 12:
             raise ValueError("at most 12 tau values per sweep")
         for t in tau_list:
