@@ -59,8 +59,9 @@ def decode_sliding_one(model, rows: Rows, mask_id: int) -> Iterator[StepEvent]:
 
     One sequence has no padding and no holes: cache slot = position id, so the model's own causal
     mask and positions (from the cache length) are exact, a step is one tensor built from host
-    ints plus the forward, and the prompt needs no forward of its own. The padding, mask and
-    position tensors of the batched loop made `ar` at batch 1 about 0.88x `model.generate` here.
+    ints plus the forward, and the prompt needs no forward of its own. The batched loop's
+    per-step padding, mask and position tensors would dominate a small model's step
+    (docs/experiments.md).
     """
     B = rows.block
     cache = DynamicCache(config=model.config)
