@@ -10,6 +10,7 @@ from .decode_cursor import decode_cursor
 from .decode_reference import decode_reference
 from .decode_sliding import decode_sliding
 from .decoding import DecodeStats, Rows, StepEvent
+from .masks import require_sdpa
 from .prompts import check_context, check_prompts, encode_prompt, special_ids
 
 
@@ -31,6 +32,7 @@ def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeCo
     elif control.metric != config.metric:
         raise ValueError(f"TauControl metric {control.metric!r} differs from config metric {config.metric!r}")
     check_context(model, prompt_ids, config.max_new_tokens, config.effective_block_size)
+    require_sdpa(model)
     mask_id, pad_id, stop_ids = special_ids(model, tokenizer)
     device = next(model.parameters()).device
     rows = Rows(prompt_ids, config, control, stop_ids, device)
