@@ -43,6 +43,17 @@ class DecodeStats:
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def idle_slots(self) -> int:
+        """Forwards in which a sequence that had not finished accepted nothing (it waited, e.g.
+        at a block-cache boundary for the others); the forwards after its last token do not count."""
+        idle = 0
+        for i in range(len(self.accepted_per_step[0]) if self.accepted_per_step else 0):
+            col = [step[i] for step in self.accepted_per_step]
+            last = max((k for k, v in enumerate(col) if v > 0), default=-1)
+            idle += sum(1 for v in col[:last] if v == 0)
+        return idle
+
     def per_sequence(self, i: int) -> list[int]:
         """Accepted counts of sequence `i` over the steps in which it decoded."""
         return [step[i] for step in self.accepted_per_step if step[i] > 0]

@@ -21,7 +21,12 @@ import app  # noqa: E402
 from conftest import make_model, make_tokenizer  # noqa: E402
 from mars_core import mars_training_mask  # noqa: E402
 from playground import render  # noqa: E402
-from playground.models import display_name, scrub  # noqa: E402
+from playground.core import Core  # noqa: E402
+from playground.duel import AR_SIDES  # noqa: E402
+from playground.errors import guard  # noqa: E402
+from playground.models import ModelStore, display_name, scrub  # noqa: E402
+from playground.session import Session  # noqa: E402
+from playground.tab_frontier import FrontierTab  # noqa: E402
 
 PROMPT = "What is 24 * 3?"
 EVAL = {"n": 3, "seed": 0, "split": "eval", "runs": [
@@ -60,15 +65,24 @@ def demo(pair):
     return app.build_app(*pair, max_new_tokens_cap=256, max_seconds=60, frontier_max_n=8, batch_max=4)
 
 
+class Tabs:
+    """The handlers of every tab of one app: tabs.playground.generate(...), tabs.models.load(...)."""
+
+    def __init__(self, demo):
+        self.core = demo.core
+        for name, tab in demo.tabs.items():
+            setattr(self, name, tab)
+
+
 @pytest.fixture
 def pg(demo):
-    return demo.playground
+    return Tabs(demo)
 
 
 def run_ui(pg, session=None, prompt=PROMPT, tau=0.9, block=4, metric="probability", temperature=0.0, seed=0,
-           max_new=40, cache="sliding", ar_side=app.AR_SIDES[0]):
-    session = session or app.Session()
-    return list(app.guard(pg.ui_generate)(prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side,
+           max_new=40, cache="sliding", ar_side=AR_SIDES[0]):
+    session = session or Session()
+    return list(guard(pg.playground.generate)(prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side,
                                           session))
 
 
@@ -106,7 +120,7 @@ def test_generate_streams_both_panels(pg):
 
 
 def test_tau_one_on_the_mars_model_agrees_with_ar(pg):
-    outs = run_ui(pg, tau=1.0, ar_side=app.AR_SIDES[1], max_new=25)
+    outs = run_ui(pg, tau=1.0, ar_side=AR_SIDES[1], max_new=25)
     ar_html, mars_html, _, _, cmp = outs[-1]
     assert 'data-agree="1"' in cmp
     assert all(n == 1 for _, n in spans(mars_html))
@@ -114,14 +128,14 @@ def test_tau_one_on_the_mars_model_agrees_with_ar(pg):
 
 
 def test_live_tau_changes_the_same_generation(pg):
-    session = app.Session()
-    gen = app.guard(pg.ui_generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 120, "sliding", app.AR_SIDES[1], session)
+    session = Session()
+    gen = guard(pg.playground.generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 120, "sliding", AR_SIDES[1], session)
     first = next(gen)
     assert session.mars_control is not None and session.mars_control.tau == 1.0
-    other = app.Session()
-    pg.set_tau(0.0, "probability", other)  # another session's slider: no effect
+    other = Session()
+    pg.playground.set_tau(0.0, "probability", other)  # another session's slider: no effect
     assert session.mars_control.tau == 1.0
-    pg.set_tau(0.0, "probability", session)
+    pg.playground.set_tau(0.0, "probability", session)
     assert session.mars_control.tau == 0.0
     outs = [first] + list(gen)
     acc = session.last_accepted
@@ -131,10 +145,10 @@ def test_live_tau_changes_the_same_generation(pg):
 
 
 def test_stop_ends_the_generation(pg):
-    session = app.Session()
-    gen = app.guard(pg.ui_generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 200, "sliding", app.AR_SIDES[0], session)
+    session = Session()
+    gen = guard(pg.playground.generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 200, "sliding", AR_SIDES[0], session)
     next(gen)
-    pg.stop(session)
+    pg.playground.stop(session)
     last = list(gen)[-1]
     assert 'data-status="stopped"' in last[0] and 'data-status="stopped"' in last[1]
     assert sum(n for _, n in spans(last[1])) < 200
@@ -142,7 +156,7 @@ def test_stop_ends_the_generation(pg):
 
 def test_time_limit_stops_long_jobs(pair):
     small = app.build_app(*pair, max_seconds=0.0)
-    outs = run_ui(small.playground, tau=1.0, max_new=200)
+    outs = run_ui(Tabs(small), tau=1.0, max_new=200)
     assert "time limit" in outs[-1][1] or "limit" in outs[-1][1]
     assert sum(n for _, n in spans(outs[-1][1])) < 200
 
@@ -157,14 +171,14 @@ def test_metrics_and_caches(pg, metric, cache):
 @pytest.mark.parametrize("kwargs,message", [
     (dict(prompt="   "), "prompt is empty"),
     (dict(prompt="word " * 700), "positions but the model has 512"),
-    (dict(prompt="x" * 20001), "the limit is 20000"),
+    (dict(prompt="x" * 20001), "the limit is 20,000"),
     (dict(max_new=10_000), "max new tokens must be between 1 and 256"),
-    (dict(tau=1.5), "tau must be between"),
-    (dict(tau=float("nan")), "tau must be between"),
+    (dict(tau=1.5), "tau for the probability metric must be in [0, 1]"),
+    (dict(tau=float("nan")), "tau must be a finite number"),
     (dict(block=0), "block size must be between"),
-    (dict(block=2.5), "block size must be an integer"),
-    (dict(metric="bogus"), "metric must be one of"),
-    (dict(cache="bogus"), "cache must be one of"),
+    (dict(block=2.5), "block size must be a whole number"),
+    (dict(metric="bogus"), "unknown metric 'bogus'"),
+    (dict(cache="bogus"), "unknown cache mode 'bogus'"),
     (dict(temperature=-1), "temperature must be between"),
     (dict(seed=-3), "seed must be between"),
     (dict(ar_side="bogus"), "ar_side must be one of"),
@@ -176,7 +190,7 @@ def test_bad_input_is_a_clear_error(pg, kwargs, message):
 
 
 def test_api_generate_returns_texts_steps_and_stats(pg):
-    out = app.guard(pg.api_generate)(PROMPT, tau=0.5, block_size=4, max_new_tokens=20)
+    out = guard(pg.playground.api_generate)(PROMPT, tau=0.5, block_size=4, max_new_tokens=20)
     for side in ("ar", "mars"):
         s = out[side]
         assert isinstance(s["text"], str) and sum(s["accepted_per_step"]) == 20
@@ -184,92 +198,85 @@ def test_api_generate_returns_texts_steps_and_stats(pg):
     assert out["mars"]["stats"]["tokens_per_forward"] > 1
     assert isinstance(out["agree"], bool) and out["speedup"] > 0
     with pytest.raises(gr.Error):
-        app.guard(pg.api_generate)("", tau=0.5)
+        guard(pg.playground.api_generate)("", tau=0.5)
 
 
 # ---- the other tabs -----------------------------------------------------------------------------
 
 def test_frontier_initial_and_run(pg, pair, tmp_path):
-    fig, note = pg.frontier_initial()
+    fig, note = pg.frontier.initial()
     assert len(fig.data) >= 2 and "fixture-mars" in note and "3 held-out" in note
     calls = []
-    fig, note = app.guard(pg.frontier_run)(2, "1.0, 0.0", 4, 16, app.Session(),
+    fig, note = guard(pg.frontier.run)(2, "1.0, 0.0", 4, 16, Session(),
                                            progress=lambda *a, **k: calls.append(a))
     assert len(calls) >= 4 and "| ar-baseline | ar |" in note and "| mars | mars | 4 | 0.0 |" in note
     assert {tr.name for tr in fig.data} >= {"ar-baseline AR", "mars AR", "mars MARS B=4"}
     with pytest.raises(gr.Error):
-        app.guard(pg.frontier_run)(9999, "1.0", 4, 16, app.Session(), progress=lambda *a, **k: None)
+        guard(pg.frontier.run)(9999, "1.0", 4, 16, Session(), progress=lambda *a, **k: None)
     with pytest.raises(gr.Error):
-        app.guard(pg.frontier_run)(2, "1.0, x", 4, 16, app.Session(), progress=lambda *a, **k: None)
+        guard(pg.frontier.run)(2, "1.0, x", 4, 16, Session(), progress=lambda *a, **k: None)
 
 
 def test_frontier_without_eval_json_says_so(pair):
-    import playground.models as pm
-    store = pm.ModelStore()
-    p = app.Playground(pair[1], None, store=store)
-    fig, note = p.frontier_initial()
+    fig, note = FrontierTab(Core(pair[1], None, store=ModelStore())).initial()
     assert "no precomputed sweep" in note
     assert "eval.json" in fig.layout.annotations[0].text
 
 
 @pytest.mark.parametrize("cache", ["none", "sliding", "block"])
 def test_batch_timeline(pg, cache):
-    summary, fig = app.guard(pg.batch_run)(3, cache, 8, 0.0, 4, 16, app.Session())
+    summary, fig = guard(pg.batch.run)(3, cache, 8, 0.0, 4, 16, Session())
     assert "Speed-up of MARS over AR" in summary and "| AR (KV cache) |" in summary
     z = fig.data[0].z
     assert len(z) == 3 and all(sum(row) == 16 for row in z)
     with pytest.raises(gr.Error):
-        app.guard(pg.batch_run)(99, cache, 8, 0.0, 4, 16, app.Session())
-
-
-def test_idle_slots_counts_waits_not_finish():
-    assert app._idle_slots([[2, 1], [0, 1], [1, 0], [0, 0]]) == 1
+        guard(pg.batch.run)(99, cache, 8, 0.0, 4, 16, Session())
 
 
 def test_mask_plot_is_the_library_mask(pg):
-    fig = pg.mask_plot(8, 4)
+    fig = pg.how.mask_plot(8, 4)
     assert fig.data[0].z == tuple(tuple(r) for r in mars_training_mask(8, 4).int().tolist()) or \
         [list(r) for r in fig.data[0].z] == mars_training_mask(8, 4).int().tolist()
-    assert app._mask_api(pg)(4, 2) == mars_training_mask(4, 2).int().tolist()
+    assert pg.how.mask_api(4, 2) == mars_training_mask(4, 2).int().tolist()
     with pytest.raises(gr.Error):
-        app.guard(pg.mask_plot)(0, 4)
+        guard(pg.how.mask_plot)(0, 4)
 
 
 def test_window_plot_of_last_generation(pg):
-    session = app.Session()
-    fig = pg.window_plot(session)
+    session = Session()
+    fig = pg.how.window_plot(session)
     assert "Generate something" in fig.layout.annotations[0].text
     run_ui(pg, session=session, tau=0.0, max_new=12)
-    fig = pg.window_plot(session)
+    fig = pg.how.window_plot(session)
     assert len(fig.data[0].z) == 3  # 12 tokens, 4 per forward
 
 
 # ---- models ---------------------------------------------------------------------------------------
 
 def test_model_picker_per_session(pg, pair):
-    session = app.Session()
-    status, fig, note, block = app.guard(pg.load_models)("custom", pair[1], "", "none", session)
+    session = Session()
+    status, block, fig, note = guard(pg.models.load)("custom", pair[1], "", "none", session)
     assert "fixture-ar" in status and "(none" in status and pair[1] not in status
     assert "no precomputed sweep" in note
-    other = app.Session()
-    assert pg.models_for(other)[0].name == "fixture-mars"  # others keep the defaults
+    other = Session()
+    assert pg.core.models_for(other)[0].name == "fixture-mars"  # others keep the defaults
     outs = run_ui(pg, session=session, max_new=8)
     assert "fixture-ar" in outs[-1][1]
-    status, *_ = app.guard(pg.load_models)("bundled", "", "", "none", session)
+    status, *_ = guard(pg.models.load)("bundled", "", "", "none", session)
     assert "fixture-mars" in status
 
 
 def test_model_load_failure_is_clear_and_pathless(pg, tmp_path):
     bad = str(tmp_path / "secret" / "nowhere")
     with pytest.raises(gr.Error) as e:
-        app.guard(pg.load_models)("custom", bad, "", "none", app.Session())
+        guard(pg.models.load)("custom", bad, "", "none", Session())
     msg = e.value.message
     assert "does not exist" in msg and str(tmp_path) not in msg and "nowhere" in msg
     with pytest.raises(gr.Error) as e:
-        app.guard(pg.load_models)("custom", "", "", "none", app.Session())
+        guard(pg.models.load)("custom", "", "", "none", Session())
     assert "give the MARS model" in e.value.message
     with pytest.raises(gr.Error):
-        app.guard(pg.load_models)("custom", "x", "", "16bit", app.Session())
+        guard(pg.models.load)("custom", "x", "", "16bit", Session())
 
 
 def test_names_and_scrub():
@@ -337,10 +344,10 @@ def test_client_generate(server):
     from gradio_client import Client
 
     client = Client(server, verbose=False)
-    out = client.predict(PROMPT, 0.0, 4, "probability", 0.0, 0, 16, "sliding", app.AR_SIDES[0], api_name="/generate")
+    out = client.predict(PROMPT, 0.0, 4, "probability", 0.0, 0, 16, "sliding", AR_SIDES[0], api_name="/generate")
     assert out["mars"]["accepted_per_step"] == [4, 4, 4, 4]
     assert out["ar"]["stats"]["tokens"] == 16 and out["mars"]["stats"]["tokens_per_forward"] == 4.0
-    out = client.predict(prompt=PROMPT, tau=1.0, ar_side=app.AR_SIDES[1], max_new_tokens=12, api_name="/generate")
+    out = client.predict(prompt=PROMPT, tau=1.0, ar_side=AR_SIDES[1], max_new_tokens=12, api_name="/generate")
     assert out["agree"] is True and out["first_difference"] is None
     mask = client.predict(4, 2, api_name="/mask")
     assert mask == mars_training_mask(4, 2).int().tolist()
@@ -349,9 +356,9 @@ def test_client_generate(server):
 @pytest.mark.parametrize("kwargs,message", [
     (dict(prompt=""), "prompt is empty"),
     (dict(prompt=PROMPT, max_new_tokens=100_000), "max new tokens must be between"),
-    (dict(prompt=PROMPT, tau=-0.5), "tau must be between"),
+    (dict(prompt=PROMPT, tau=-0.5), "tau for the probability metric must be in [0, 1]"),
     (dict(prompt=PROMPT, block_size=999), "block size must be between"),
-    (dict(prompt=PROMPT, metric="nope"), "metric must be one of"),
+    (dict(prompt=PROMPT, metric="nope"), "unknown metric"),
 ])
 def test_client_bad_input(server, kwargs, message):
     from gradio_client import Client
