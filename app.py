@@ -23,7 +23,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import gradio as gr  # noqa: E402
 
 from mars_core import DecodeConfig, generate  # noqa: E402
-from playground import render, tab_batch, tab_frontier, tab_how, tab_models, tab_playground  # noqa: E402
+from playground import style, tab_batch, tab_frontier, tab_how, tab_models, tab_playground  # noqa: E402
 from playground.core import AppOptions, Core  # noqa: E402
 from playground.models import BUNDLED_AR, BUNDLED_MARS, scrub  # noqa: E402
 from playground.ui import UI  # noqa: E402
@@ -39,11 +39,11 @@ except ImportError:
 __all__ = ["AppOptions", "build_app", "launch", "main", "resolve_defaults"]
 
 INTRO = """# MARS Playground
-MARS fine-tunes an ordinary causal LM so that one forward pass can emit several tokens: append `B` mask
-tokens, read `B` predictions, accept them left to right while the confidence passes **tau**. At tau = 1
-it *is* the AR model. Tokens are coloured by the forward that produced them; hover for step and confidence.
+MARS fine-tunes an ordinary causal LM so that one forward pass can emit several tokens: after the text so
+far it reads `B` predictions (the next token and `B - 1` masks) and accepts them left to right while the
+confidence passes **tau**. At tau = 1 it *is* the AR model. Tokens are coloured by the forward that
+produced them; hover or tap one for its confidence, and step through every forward in the replay.
 """
-CSS = render.CSS
 
 
 def resolve_defaults(mars_path=None, ar_path=None) -> tuple[str, str | None]:
@@ -73,7 +73,7 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
         ui = UI(core)
         ui.gpu = GPU
         gr.Markdown(INTRO)
-        status = gr.Markdown(core.model_status(), elem_id="model-status")
+        status = gr.Markdown(core.model_status(), elem_id="model-status", label="models loaded")
         with gr.Tabs():
             tab_playground.add_tab(ui)
             tab_frontier.add_tab(ui)
@@ -87,7 +87,7 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
 
 def launch(demo: gr.Blocks, **kwargs):
     """demo.launch with the app's CSS, no server-side rendering and no tracebacks to users."""
-    kw = dict(css=CSS, ssr_mode=False, show_error=False)
+    kw = dict(css=style.CSS, js=style.JS, ssr_mode=False, show_error=False)
     kw.update(kwargs)
     return demo.launch(**kw)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .models import Loaded, ModelStore
+from .models import Catalog, Loaded, ModelStore
 from .session import Session, SessionRegistry
 
 
@@ -12,19 +12,22 @@ from .session import Session, SessionRegistry
 class AppOptions:
     """Limits and knobs of one app instance (tests shrink them)."""
 
-    max_new_tokens_cap: int = 512
-    default_max_new_tokens: int = 128
+    max_new_tokens_cap: int = 512  # also at most half the model's context (see Core.max_new_cap)
+    default_max_new_tokens: int = 256  # every held-out example needs fewer (the longest about 200)
     max_block_size: int = 16
-    max_prompt_chars: int = 20000
+    max_prompt_chars: int = 20000  # also at most 4 characters per context token (the token check is exact)
     max_seconds: float = 120.0  # per generation / batch / sweep; then it stops with a notice
-    step_delay: float = 0.0  # seconds slept after every displayed step (tests: time to move a slider)
-    render_interval: float = 0.08  # seconds between UI updates while streaming
+    default_slow_ms: int = 50  # slow motion: a held-out example then takes a few seconds
+    max_slow_ms: int = 500
+    render_interval: float = 0.05  # seconds between UI updates while streaming
     concurrency_limit: int = 2  # decodes running at once (all tabs share it)
     max_queue: int = 16
     frontier_max_n: int = 64
     batch_max: int = 16
     model_capacity: int = 2  # non-bundled models kept loaded
     device: str | None = None
+    models_dir: str | None = None  # folder of models users may pick (default: $MARS_MODELS_DIR)
+    allow_hub: bool = True  # users may load hub ids (owner/name)
 
 
 class Core:
@@ -41,6 +44,7 @@ class Core:
         self.ar = self.store.get(ar_source, quantization, pin=True) if ar_source else None
         self.default_block = self.mars.trained_block_size or 4
         self.sessions = SessionRegistry()
+        self.catalog = Catalog([mars_source, self.ar_source], self.opts.models_dir, self.opts.allow_hub)
         self._vocab_same: dict[tuple[int, int], bool] = {}
 
     def models_for(self, session: Session | None) -> tuple[Loaded, Loaded | None]:
@@ -50,6 +54,18 @@ class Core:
         mars = self.store.get(session.mars_source, q)
         ar = self.store.get(session.ar_source, q) if session.ar_source else None
         return mars, ar
+
+    def context(self, session: Session | None = None) -> int:
+        """Positions the session's models read (the smaller of the pair; 4096 if unknown)."""
+        known = [m.context for m in self.models_for(session) if m is not None and m.context]
+        return min(known) if known else 4096
+
+    def max_new_cap(self, session: Session | None = None) -> int:
+        """The max-new-tokens limit: the app's cap, and at most half the context (room for a prompt)."""
+        return max(1, min(self.opts.max_new_tokens_cap, self.context(session) // 2))
+
+    def prompt_char_cap(self, session: Session | None = None) -> int:
+        return min(self.opts.max_prompt_chars, 4 * self.context(session))
 
     def same_vocab(self, a: Loaded, b: Loaded) -> bool:
         key = (id(a.tokenizer), id(b.tokenizer))

@@ -6,6 +6,7 @@ time is smaller, so on one device the two sides progress as they would side by s
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from mars_core import DecodeConfig, TauControl, stream
 
@@ -13,6 +14,19 @@ from . import render
 from .models import Loaded
 
 AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
+
+
+@dataclass
+class Step:
+    """One forward as the replay shows it: where it started in the output, all B predictions with
+    their confidences, how many were committed, the tau it used, and whether the side stopped."""
+
+    start: int  # output tokens before this forward
+    proposed: list[int]
+    confidences: list[float]
+    accepted: int
+    tau: float
+    finished: bool
 
 
 class Side:
@@ -25,12 +39,14 @@ class Side:
         self.it = stream(loaded.model, loaded.tokenizer, prompt, cfg, control)
         self.control = control
         self.track = render.TokenTrack(loaded.tokenizer, cfg.effective_block_size)
-        self.own = 0.0  # seconds spent in this side's own steps
+        self.own = 0.0  # seconds spent in this side's own steps (compute time)
+        self.elapsed = 0.0  # wall seconds from the start of the duel to this side's latest step
         self.forwards = 0
         self.tokens = 0
         self.started = False
         self.done = False
         self.note = ""
+        self.steps: list[Step] = []  # every forward, for the replay
 
     def step(self) -> None:
         t = time.perf_counter()
@@ -43,6 +59,8 @@ class Side:
         if ev is None:
             self.done = True
             return
+        self.steps.append(Step(len(self.track.ids), ev.proposed[0], ev.proposed_confidences[0],
+                               len(ev.tokens[0]), ev.tau, ev.finished[0]))
         self.track.add(ev.step, ev.tokens[0], ev.confidences[0], ev.tau)
         self.forwards, self.tokens = ev.forwards, ev.generated
         if ev.finished[0]:
@@ -52,13 +70,20 @@ class Side:
 
     @property
     def stats(self) -> dict:
-        return render.counters(self.forwards, self.tokens, self.own)
+        return render.counters(self.forwards, self.tokens, self.own, self.elapsed)
+
+    def clock(self, slow: float) -> float:
+        """This side's time as if it ran alone: its compute plus `slow` seconds per forward."""
+        return self.own + slow * self.forwards
 
     @property
     def status(self) -> str:
+        """waiting, running, stopped (by the user or the time limit), limit (max new tokens) or done (EOS)."""
+        if self.control.stopped:
+            return "stopped"
         if not self.done:
             return "running" if self.started else "waiting"
-        return "stopped" if self.control.stopped else "done"
+        return "limit" if self.tokens >= self.cfg.max_new_tokens else "done"
 
 
 class Duel:
@@ -90,20 +115,28 @@ class Duel:
         self.mars.control.stop()
         self.ar.control.stop()
 
-    def run(self, delay: float = 0.0):
-        """Step until both finish; yields self after every step once both sides have started."""
-        deadline = time.perf_counter() + self.max_seconds
+    def run(self, slow: float = 0.0):
+        """Step until both finish; yields self after every step once both sides have started.
+
+        `slow` (seconds per forward, the slow-motion control) is added to each side's clock alike
+        and slept so that the page shows both sides on one timeline; it never enters the
+        compute time that tokens/s is computed from."""
+        t0 = time.perf_counter()
+        deadline = t0 + self.max_seconds
         ar, mars = self.sides
         while not (ar.done and mars.done):
-            side = min((s for s in (ar, mars) if not s.done), key=lambda s: (s.own, s.name != "ar"))
+            side = min((s for s in (ar, mars) if not s.done), key=lambda s: (s.clock(slow), s.name != "ar"))
             side.step()
+            if slow:  # show the step when it would have finished on its own timeline
+                wait = t0 + side.clock(slow) - time.perf_counter()
+                if wait > 0:
+                    time.sleep(min(wait, max(deadline - time.perf_counter(), 0.0)))
+            side.elapsed = time.perf_counter() - t0
             if time.perf_counter() > deadline and not self.timed_out:
                 self.timed_out = True
                 self.stop()
             if ar.started and mars.started:
                 yield self
-                if delay and not side.done:
-                    time.sleep(delay)
 
     def agree(self) -> bool:
         return self.ar.track.text == self.mars.track.text

@@ -16,12 +16,15 @@ from .models import scrub
 MAX_MESSAGE = 300  # characters: a message never echoes a long input back
 
 
-def user_message(e: Exception) -> str:
-    """What the user reads for a ValueError: no paths, no markup, no 5,000-character echo."""
+def plain_message(e: Exception) -> str:
+    """What the user reads for a ValueError: no server paths, no 5,000-character echo."""
     text = scrub(str(e))
-    if len(text) > MAX_MESSAGE:
-        text = text[:MAX_MESSAGE - 1] + "…"
-    return html.escape(text, quote=False)  # Gradio renders error toasts as HTML
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 1] + "…"
+
+
+def user_message(e: Exception) -> str:
+    """`plain_message`, escaped: Gradio renders error toasts as HTML."""
+    return html.escape(plain_message(e), quote=False)
 
 
 @contextlib.contextmanager

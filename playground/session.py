@@ -20,6 +20,8 @@ class Session:
         self.quantization = "none"
         self.last_accepted: list[int] = []
         self.last_block = 4
+        self.duel = None  # the running duel (playground.duel.Duel), None when nothing runs
+        self.last_mars = None  # the MARS side of the last generation, for the replay
 
     def stop(self) -> None:
         for ctl in (self.mars_control, self.ar_control):

@@ -6,7 +6,7 @@ import time
 
 import gradio as gr
 
-from . import plots
+from . import fields, plots
 from .core import Core
 from .errors import guard
 from .session import Session
@@ -39,7 +39,7 @@ class FrontierTab:
         n = as_int("problems", n, 1, self.opts.frontier_max_n)
         tau_list = parse_taus(taus)
         block_size = as_int("block size", block_size, 1, self.opts.max_block_size)
-        max_new_tokens = as_int("max new tokens", max_new_tokens, 1, self.opts.max_new_tokens_cap)
+        max_new_tokens = as_int("max new tokens", max_new_tokens, 1, self.core.max_new_cap(session))
         mars, ar = self.core.models_for(session)
         examples = make_examples(n, 0, "eval")
         base = DecodeConfig(max_new_tokens=max_new_tokens, cache="sliding")
@@ -80,12 +80,12 @@ def add_tab(ui: UI) -> FrontierTab:
         plot = gr.Plot(fig0, elem_id="frontier-plot", label="frontier")
         note = gr.Markdown(note0, elem_id="frontier-note", label="runs")
         with gr.Row():
-            n = gr.Slider(1, opts.frontier_max_n, value=min(20, opts.frontier_max_n), step=1,
+            n = fields.Slider(1, opts.frontier_max_n, value=min(20, opts.frontier_max_n), step=1,
                           label="held-out problems N")
             taus = gr.Textbox(", ".join(str(t) for t in (1.0, 0.9, 0.7, 0.5)), label="taus")
-            block = gr.Slider(1, opts.max_block_size, value=ui.core.default_block, step=1, label="block size")
-            max_new = gr.Slider(8, opts.max_new_tokens_cap, value=min(128, opts.max_new_tokens_cap), step=8,
-                                label="max new tokens")
+            block = fields.Slider(1, opts.max_block_size, value=ui.core.default_block, step=1, label="block size")
+            max_new = fields.Slider(8, ui.core.max_new_cap(), value=min(256, ui.core.max_new_cap()), step=8,
+                                    label="max new tokens")
         btn = gr.Button("Run sweep", variant="primary", elem_id="frontier-run")
     btn.click(guard(ui.gpu(tab.run)), [n, taus, block, max_new, ui.session], [plot, note], api_name="frontier",
               **ui.decode_limit)

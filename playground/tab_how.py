@@ -45,7 +45,7 @@ def add_tab(ui: UI) -> HowTab:
         w_btn = gr.Button("Show my last generation", elem_id="window-show")
         window_plot = gr.Plot(plots.window_figure([], ui.core.default_block), elem_id="window-plot",
                               label="sliding window")
-        gr.api(guard(tab.mask_api), api_name="mask")
+        ui.api(guard(tab.mask_api), "mask", "mask")
     for c in (m_n, m_b):
         c.change(guard(tab.mask_plot), [m_n, m_b], [mask_plot], api_visibility="private", queue=False)
     w_btn.click(guard(tab.window_plot), [ui.session], [window_plot], api_name="window", queue=False)

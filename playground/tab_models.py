@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from . import fields
 from .core import Core
 from .errors import guard
 from .models import QUANTIZATIONS, RELEASED_AR, RELEASED_MARS
@@ -18,9 +19,9 @@ class ModelsTab:
         self.core = core
         self.ui = ui
 
-    def load(self, preset, mars_text, ar_text, quantization, session: Session):
-        """Load the chosen pair for this session; returns the status line and, for every tab that
-        registered a hook, its refreshed components."""
+    def load(self, preset, mars_name, ar_name, quantization, session: Session, request: gr.Request = None):
+        """Load the chosen pair for this session (and for its API calls); returns the status line
+        and, for every tab that registered a hook, its refreshed components."""
         core = self.core
         as_choice("preset", preset, PRESETS)
         as_choice("quantization", quantization, QUANTIZATIONS)
@@ -29,14 +30,15 @@ class ModelsTab:
         elif preset == PRESETS[1]:
             mars_src, ar_src = RELEASED_MARS, RELEASED_AR
         else:
-            mars_src = (mars_text or "").strip()
-            ar_src = (ar_text or "").strip() or None
-            if not mars_src:
-                raise ValueError("give the MARS model: a local folder or a hub id (owner/name)")
+            if not (isinstance(mars_name, str) and mars_name.strip()):
+                raise ValueError("MARS model: pick a listed model or type a hub id (owner/name)")
+            mars_src = core.catalog.resolve(mars_name)
+            ar_src = core.catalog.resolve(ar_name) if isinstance(ar_name, str) and ar_name.strip() else None
         core.store.get(mars_src, quantization, pin=preset == PRESETS[0] and quantization == core.quantization)
         if ar_src:
             core.store.get(ar_src, quantization)
         session.mars_source, session.ar_source, session.quantization = mars_src, ar_src, quantization
+        core.sessions.remember(getattr(request, "session_hash", None), session)
         hooks = self.ui.model_hook_values(session) if self.ui is not None else []
         return (core.model_status(session), *hooks)
 
@@ -45,16 +47,22 @@ def add_tab(ui: UI, status: gr.Markdown) -> ModelsTab:
     """Add last: its Load button refreshes what the other tabs registered with `on_models_changed`."""
     tab = ModelsTab(ui.core, ui)
     with gr.Tab("Models", id="models"):
-        gr.Markdown(f"Choose the models for **your** session (others are not affected). The released "
-                    f"checkpoints (`{RELEASED_MARS}`, `{RELEASED_AR}`) need network access. "
-                    "No remote code is ever run. Environment variables for a Space: `MARS_MODEL`, "
-                    "`AR_MODEL` (empty: none), `MARS_QUANTIZATION`.")
-        preset = gr.Radio(list(PRESETS), value=PRESETS[0], label="models")
+        gr.Markdown(f"Choose the models for **your** session (others are not affected; the API calls of "
+                    f"this session follow the choice too). The released checkpoints (`{RELEASED_MARS}`, "
+                    f"`{RELEASED_AR}`) need network access. Models are picked by name from this list, or "
+                    "by hub id; no server path is accepted and no remote code is ever run. For the operator: "
+                    "`MARS_MODEL`, `AR_MODEL` (empty: none), `MARS_QUANTIZATION`, and `MARS_MODELS_DIR` (a "
+                    "folder whose model folders are listed here).")
+        preset = fields.Radio(list(PRESETS), value=PRESETS[0], label="models")
+        names = ui.core.catalog.names()
+        hub = " or type a hub id (owner/name)" if ui.opts.allow_hub else ""
         with gr.Row():
-            mars_box = gr.Textbox(label="MARS model (folder or hub id, for 'custom')", elem_id="mars-source")
-            ar_box = gr.Textbox(label="AR baseline (optional)", elem_id="ar-source")
-        quant = gr.Radio(list(QUANTIZATIONS), value="none", label="quantization (8/4-bit need a GPU "
-                         "and bitsandbytes)")
+            mars_box = fields.Dropdown(names, value=None, allow_custom_value=ui.opts.allow_hub,
+                                       label=f"MARS model, for 'custom': pick one{hub}", elem_id="mars-source")
+            ar_box = fields.Dropdown(names, value=None, allow_custom_value=ui.opts.allow_hub,
+                                     label="AR baseline (optional)", elem_id="ar-source")
+        quant = fields.Radio(list(QUANTIZATIONS), value="none",
+                             label="quantization (bitsandbytes 8-bit or 4-bit weights; loads on CPU and GPU)")
         btn = gr.Button("Load", variant="primary", elem_id="load-models")
     btn.click(guard(tab.load), [preset, mars_box, ar_box, quant, ui.session], [status, *ui.model_hook_outputs()],
               api_name="load_models", concurrency_limit=1, concurrency_id="load")

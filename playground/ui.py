@@ -30,6 +30,16 @@ class UI:
         """Concurrency for every decoding event: all tabs share one limit."""
         return dict(concurrency_limit=self.opts.concurrency_limit, concurrency_id="decode")
 
+    def api(self, fn, api_name: str, output: str, **kwargs) -> None:
+        """`gr.api` with its output named (Gradio names them "1st", "2nd"… on the API page)."""
+        gr.api(fn, api_name=api_name, **kwargs)
+        from gradio.context import get_blocks_context
+
+        for block_fn in get_blocks_context().fns.values():
+            if block_fn.api_name == api_name:
+                for out in block_fn.outputs:
+                    out.label = output
+
     def on_models_changed(self, outputs: list, fn: Callable[[Session], tuple]) -> None:
         """After a session loads other models, `fn(session)` gives new values for `outputs`."""
         self._model_hooks.append((list(outputs), fn))
