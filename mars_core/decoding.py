@@ -135,12 +135,7 @@ class Rows:
         B = tokens.shape[1]
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
-        idx = torch.arange(B, device=tokens.device)
-        stop = torch.isin(tokens, self.stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
-        hit = stop.any(dim=1)
-        first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
-        take = torch.minimum(first_stop, remaining)
-        done = hit | (take >= remaining)
+        take, done = cut(tokens, n_accept, self.stop_ids, remaining)
         packed = torch.cat([tokens.double(), conf.double(), take[:, None].double(),
                             done[:, None].double()], dim=1).tolist()  # the one host sync
         counts = [0] * len(self.prompts)
@@ -180,6 +175,20 @@ class Rows:
         keep = [i for i, r in enumerate(self.active) if not self.finished[r]]
         self.active = [self.active[i] for i in keep]
         return keep
+
+
+def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
+        remaining: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut each row's accepted tokens at its first stop id and at its remaining budget.
+
+    tokens (R, B), n_accept (R,), remaining (R,) -> take (R,) tokens kept, done (R,) bool.
+    """
+    idx = torch.arange(tokens.shape[1], device=tokens.device)
+    stop = torch.isin(tokens, stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
+    hit = stop.any(dim=1)
+    first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
+    take = torch.minimum(first_stop, remaining)
+    return take, hit | (take >= remaining)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
