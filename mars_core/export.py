@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .export_card import model_card
+from .export_card import method_card, model_card
 from .export_method import write_method
 from .loading import ALIASES, _load_tokenizer
 from .prompts import MASK_TOKEN
@@ -42,9 +42,10 @@ PROBES = ("What is 12 + 30? Answer: 42.", "  Tabs\tand\nnew lines\n\n", "Ünïc�
 
 
 def export(src: str | os.PathLike, out: str | os.PathLike, *, block_size: int | None = None, tau: float = 0.95,
-           overwrite: bool = False) -> dict:
+           overwrite: bool = False, repo_id: str | None = None) -> dict:
     """Write the Hub-ready folder for the checkpoint folder `src` to `out`; returns a summary
-    (the notes say what was rewritten). Raises ValueError on anything that would not load."""
+    (the notes say what was rewritten). `repo_id` (default: OUT's name) is what the card's usage
+    loads. Raises ValueError on anything that would not load."""
     src, out = Path(src).expanduser().resolve(), Path(out).expanduser().resolve()
     if not (src / "config.json").is_file():
         raise ValueError(f"{src} is not a model folder: it has no config.json")
@@ -78,7 +79,7 @@ def export(src: str | os.PathLike, out: str | os.PathLike, *, block_size: int | 
         write_method(tmp)
         eval_json = json.loads((src / "eval.json").read_text(encoding="utf-8")) if (src / "eval.json").is_file() else None
         card_src = (src / "README.md").read_text(encoding="utf-8") if (src / "README.md").is_file() else None
-        (tmp / "README.md").write_text(model_card(out.name, config_json, mars, tokenizer_class, hashes, notes,
+        (tmp / "README.md").write_text(model_card(repo_id or out.name, config_json, mars, tokenizer_class, hashes, notes,
                                                   eval_json, card_src), encoding="utf-8")
         _replace(tmp, out)
     except BaseException:
@@ -242,20 +243,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", help="the folder to write")
     ap.add_argument("--block-size", type=int, default=None, help="MARS block size (default: the training record's, else 4)")
     ap.add_argument("--tau", type=float, default=0.95, help="default acceptance threshold (0.95)")
+    ap.add_argument("--repo-id", default=None, help="the Hub id the card's usage names (default: OUT's name)")
     ap.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     ap.add_argument("--method-only", action="store_true", help="write only OUT/custom_generate/ (no SRC)")
     args = ap.parse_args(argv)
     try:
         if args.method_only:
             files = write_method(args.out)
-            print(f"wrote {len(files)} files under {Path(args.out) / 'custom_generate'}")
+            (Path(args.out) / "README.md").write_text(method_card(), encoding="utf-8")
+            print(f"wrote README.md and {len(files)} files under {Path(args.out) / 'custom_generate'}")
             return 0
         if args.src is None:
             ap.error("SRC is required (or --method-only)")
         from .config import check_tau
 
         summary = export(args.src, args.out, block_size=args.block_size, tau=check_tau(args.tau, "probability"),
-                         overwrite=args.overwrite)
+                         overwrite=args.overwrite, repo_id=args.repo_id)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -89,3 +89,37 @@ def _front_matter_value(card: str | None, key: str) -> str | None:
         return None
     found = re.search(rf"^{key}:\s*(\S.*)$", m.group(1), flags=re.M)
     return found.group(1).strip() if found else None
+
+
+def method_card() -> str:
+    """README.md of a repository that holds only the decoding method (`--method-only`)."""
+    return "\n".join([
+        "---", "library_name: transformers", "tags: [custom_generate, mars]", "---", "",
+        "# MARS decoding (Mask AutoRegression) for `transformers`",
+        "",
+        "Several tokens per forward from a causal LM fine-tuned with MARS (Jin et al., 2026, arXiv "
+        "2604.07023): each forward reads `block_size` `[MASK]` predictions after the prefix and keeps "
+        "them left to right while their probability is >= `tau`; `tau = 1` is AR decoding token for token. "
+        "This repository holds only the decoding method, generated from the `mars_core` library by "
+        "`python -m mars_core.export --method-only`; do not edit it by hand.",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        'tok, model = AutoTokenizer.from_pretrained("MODEL"), AutoModelForCausalLM.from_pretrained("MODEL")',
+        'inputs = tok.apply_chat_template([{"role": "user", "content": "What is 12 + 30?"}], '
+        'add_generation_prompt=True, return_tensors="pt", return_dict=True)',
+        'out = model.generate(**inputs, custom_generate="THIS_REPO", trust_remote_code=True, '
+        'mask_token_id=tok.convert_tokens_to_ids("<|mask|>"), tau=0.95, block_size=4, max_new_tokens=128)',
+        'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
+        "```",
+        "",
+        "`MODEL` must be a stock causal LM trained with MARS whose tokenizer has the mask token (a folder "
+        "written by `python -m mars_core.export` records `mask_token_id` and the defaults in its "
+        "`generation_config.json` and carries this folder itself). Arguments: `mode` (`mars`, `ar`, or "
+        "any other mode of `mars_core.DecodeConfig`), `tau`, `block_size`, `metric` (`probability`, "
+        "`entropy`, `margin`), `kv_cache` (`sliding`, `none`, `block`, `cursor`), `cache_block_size`, "
+        "`max_accept`, `seed`, `tau_control`; plus `max_new_tokens`, `do_sample`, `temperature`, "
+        "`streamer` (one `put` per forward, batch of one) and `return_dict_in_generate` (adds "
+        "`accept_counts`, forwards x batch). Batches need left padding and `attn_implementation='sdpa'`.",
+        "",
+    ])
