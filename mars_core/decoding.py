@@ -106,6 +106,7 @@ class Rows:
         self.out: list[list[int]] = [[] for _ in range(n)]
         self.conf: list[list[float]] = [[] for _ in range(n)]
         self.finished = [False] * n
+        self.stop_token: list[int | None] = [None] * n  # the stop id that ended a sequence, if one did
         self.active = list(range(n))
         self.stats = DecodeStats()
         self.stop_ids = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
@@ -147,6 +148,8 @@ class Rows:
         for r, row in zip(rows, packed):
             k = int(row[2 * B])
             ids = [int(t) for t in row[:k]]
+            if row[2 * B + 1] and k < self.cfg.max_new_tokens - len(self.out[r]):
+                self.stop_token[r] = int(row[k])  # done before the cap: a stop id ended it
             self.out[r].extend(ids)
             self.conf[r].extend(row[B:B + k])
             ev_tokens[r], ev_conf[r] = ids, row[B:B + k]
