@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 
-from mars_core.lists import parse_list
 from mars_core import DecodeConfig
 from mars_core.config import check_tau
+from mars_core.lists import parse_list
 
 SEED_MAX = 2**31 - 1
 TEMPERATURE_MAX = 2.0
