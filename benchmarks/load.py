@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     torch.set_num_threads(a.threads)
-    from benchmarks.bench import _block_size_of
+    from mars_core.loading import trained_block_size
     from benchmarks.load_report import table, write_outputs
     from mars_core.loading import load_model
 
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         model, tok = load_model(a.model)
-        block = _block_size_of(a.model) or 4
+        block = trained_block_size(a.model) or 4
         result = run_load(model, tok, settings, policies, slots, adaptive, block, a.max_new_tokens, a.repeats, progress)
         result["environment"] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "model": a.model}
         paths = write_outputs(result, a.output)
