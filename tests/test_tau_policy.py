@@ -151,3 +151,22 @@ def test_a_preempted_forward_does_not_move_tau_but_a_slow_machine_does():
     assert set(taus) == {1.0}
     taus = [p(Load(0, 2, 8, 0.004 if i % 5 == 0 else 0.06, 1.0, 70)) for i in range(400)]
     assert taus[-1] < 1.0
+
+
+def test_tightening_uses_the_forward_time_measured_at_the_stricter_rung():
+    """At tau 1 a forward carries no masks and costs less (4 ms here against 8 ms): back in a
+    quiet phase, the policy predicts tau 1 from what tau 1 cost, not from today's MARS forward
+    (which would predict 0.56 s per reply, over `low`, and keep tau relaxed for good)."""
+    p = AdaptiveTau(latency_target=1.0, patience=2, tighten_patience=4)
+
+    def step(waiting, running):
+        strict = p.tau == 1.0
+        return p(Load(waiting, running, 8, 0.004 if strict else 0.008, 1.0 if strict else 3.4, 70))
+
+    for _ in range(20):
+        step(0, 1)  # quiet, tau 1: 70 tokens x 4 ms = 0.28 s per reply
+    for w in range(20):
+        step(w, 8)  # a queue builds
+    assert p.tau < 1.0
+    taus = [step(0, 1) for _ in range(300)]
+    assert taus[-1] == 1.0
