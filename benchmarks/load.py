@@ -1,7 +1,7 @@
 """Serving under load, in one process: requests arrive by a seeded process while the model decodes.
 
-    python -m benchmarks.load --pattern bursty --rate 30 --target 2 --output runs/load
-    python -m benchmarks.load --pattern steady --rate 12 --policies 1.0 --slots 1,8 --output runs/batching
+    python -m benchmarks.load --output runs/load       # bursty, 7.5 requests/s in the burst, 4 slots
+    python -m benchmarks.load --pattern steady --rate 5 --policies 1.0,0.95 --slots 1,4,8 --output runs/batching
 
 Held-out synthetic problems (`tasks.synthetic`, eval split) arrive by a seeded Poisson process:
 "steady" at `rate` requests/s for `duration` seconds, or "bursty": a quiet third at
@@ -143,24 +143,29 @@ DEFAULT_MODEL = "assets/models/tiny-mars-b4"
 def parser():
     import argparse
 
+    from mars_core.tau_policy import AdaptiveConfig
+
     p = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"MARS model folder or hub id (default {DEFAULT_MODEL})")
     p.add_argument("--pattern", default="bursty", help="steady or bursty (default bursty)")
-    p.add_argument("--rate", type=float, default=20.0, help="requests/s: steady rate, or the burst's (default 20)")
-    p.add_argument("--quiet-ratio", type=float, default=0.2, help="bursty: quiet rate / burst rate (default 0.2)")
-    p.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals (default 30)")
+    p.add_argument("--rate", type=float, default=7.5, help="requests/s: steady rate, or the burst's (default 7.5)")
+    p.add_argument("--quiet-ratio", type=float, default=0.25, help="bursty: quiet rate / burst rate (default 0.25)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals (default 60)")
     p.add_argument("--max-requests", type=int, default=600, help="at most this many requests (default 600)")
     p.add_argument("--seed", type=int, default=0, help="arrivals and problems (default 0)")
     p.add_argument("--policies", default="1.0,0.95,0.7,adaptive",
                    help="comma-separated fixed taus and/or adaptive (default 1.0,0.95,0.7,adaptive)")
-    p.add_argument("--slots", default="8", help="comma-separated batch slots; 1 = one at a time (default 8)")
+    p.add_argument("--slots", default="4", help="comma-separated batch slots; 1 = one at a time (default 4)")
     p.add_argument("--target", type=float, default=2.0, help="p95 latency target, seconds (default 2)")
-    p.add_argument("--tau-min", type=float, default=0.7, help="adaptive: loosest tau (default 0.7)")
-    p.add_argument("--tau-max", type=float, default=1.0, help="adaptive: strictest tau (default 1.0)")
-    p.add_argument("--tau-step", type=float, default=0.05, help="adaptive: ladder spacing (default 0.05)")
-    p.add_argument("--high", type=float, default=0.5, help="adaptive: relax at pressure >= high (default 0.5)")
-    p.add_argument("--low", type=float, default=0.25, help="adaptive: tighten at predicted pressure <= low (default 0.25)")
+    d = AdaptiveConfig()
+    p.add_argument("--tau-min", type=float, default=d.tau_min, help=f"adaptive: loosest tau (default {d.tau_min:g})")
+    p.add_argument("--tau-max", type=float, default=d.tau_max, help=f"adaptive: strictest tau (default {d.tau_max:g})")
+    p.add_argument("--tau-step", type=float, default=d.step, help=f"adaptive: ladder spacing (default {d.step:g})")
+    p.add_argument("--high", type=float, default=d.high,
+                   help=f"adaptive: relax at expected latency >= high x target (default {d.high:g})")
+    p.add_argument("--low", type=float, default=d.low,
+                   help=f"adaptive: tighten at predicted latency <= low x target (default {d.low:g})")
     p.add_argument("--max-new-tokens", type=int, default=256, help="per request (default 256)")
     p.add_argument("--clock", default="measured", help="measured (default) or wall; see above")
     p.add_argument("--time-limit", type=float, default=300.0, help="wall seconds per run before it stops (default 300)")

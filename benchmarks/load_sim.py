@@ -26,9 +26,9 @@ class LoadSettings:
     """What arrives and for how long. Validated: a bad setting raises ValueError."""
 
     pattern: str = "bursty"
-    rate: float = 20.0  # requests/s: the steady rate, or the burst's
-    quiet_ratio: float = 0.2  # bursty: the quiet phases' rate as a share of `rate`
-    duration: float = 30.0  # seconds of arrivals (bursty: thirds quiet, burst, quiet)
+    rate: float = 7.5  # requests/s: the steady rate, or the burst's
+    quiet_ratio: float = 0.25  # bursty: the quiet phases' rate as a share of `rate`
+    duration: float = 60.0  # seconds of arrivals (bursty: thirds quiet, burst, quiet)
     max_requests: int = 600
     seed: int = 0
     clock: str = "measured"

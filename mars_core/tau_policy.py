@@ -105,7 +105,7 @@ class AdaptiveConfig:
     step: float = 0.05
     latency_target: float = 2.0
     high: float = 0.5
-    low: float = 0.35
+    low: float = 0.4
     patience: int = 8
     tighten_patience: int = 32
     window: int = 16

@@ -104,7 +104,7 @@ def test_run_load_compares_policies_on_the_same_requests(tiny, tokenizer, tmp_pa
 
 def test_settings_from_the_command_line_defaults():
     s, adaptive, policies, slots = settings_from(load_cmd.parser().parse_args([]))
-    assert s.pattern == "bursty" and policies == ["1.0", "0.95", "0.7", "adaptive"] and slots == [8]
+    assert s.pattern == "bursty" and policies == ["1.0", "0.95", "0.7", "adaptive"] and slots == [4]
     assert adaptive.tau_min == 0.7 and adaptive.tau_max == 1.0
 
 
