@@ -75,7 +75,7 @@ def mars_loss(
         attention_mask = torch.ones_like(input_ids)
     n = input_ids.shape[1]
     ids, mask, pos = mars_inputs(input_ids, labels, attention_mask, block_size, mask_token_id)
-    mask = for_model(mask, model, model.get_input_embeddings().weight.dtype)
+    mask = for_model(mask, model)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits  # (N, 2n, V)
     noisy = shifted_ce(logits[:, :n], labels)
     clean = shifted_ce(logits[:, n:], labels)

@@ -61,11 +61,13 @@ def causal_mask(key_valid: torch.Tensor, n_query: int) -> torch.Tensor:
 
 
 def attention_of(model) -> str:
-    """The model's attention implementation ("sdpa", "eager", "flash_attention_2", ...)."""
+    """The model's attention implementation ("sdpa", "eager", "flash_attention_2", ...); a
+    wrapper such as DistributedDataParallel is looked through."""
+    model = getattr(model, "module", model)
     return getattr(model.config, "_attn_implementation", None) or "eager"
 
 
-def for_model(mask: torch.Tensor, model, dtype: torch.dtype) -> torch.Tensor:
+def for_model(mask: torch.Tensor, model) -> torch.Tensor:
     """A boolean mask (True = may attend) in the form `model` applies as written.
 
     sdpa takes the boolean mask itself. Eager attention *adds* the mask to the scores, so a
@@ -76,6 +78,7 @@ def for_model(mask: torch.Tensor, model, dtype: torch.dtype) -> torch.Tensor:
     if impl == "sdpa":
         return mask
     if impl == "eager":
+        dtype = next(getattr(model, "module", model).parameters()).dtype
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
     raise ValueError(f"the model's attn_implementation is {impl!r}, which cannot apply MARS's 4-D attention mask; "
                      "load it with attn_implementation=\"sdpa\" (or \"eager\")")
