@@ -16,6 +16,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, replace
+from typing import Callable
 
 import torch
 
@@ -55,14 +56,24 @@ def run_one(model, tok, examples: list[dict], cfg: DecodeConfig, batch_size: int
     }
 
 
-def sweep(model, tok, examples, taus, block_sizes, base: DecodeConfig, batch_size: int, label: str):
+def sweep(model, tok, examples, taus, block_sizes, base: DecodeConfig, batch_size: int, label: str,
+          before_run: Callable[[DecodeConfig], bool] | None = None):
     """AR, then MARS at each (block size, tau), on one model. Adds `matches_ar` per MARS run:
-    the fraction of problems whose output equals this model's own AR output token for token."""
-    ar = run_one(model, tok, examples, replace(base, mode="ar"), batch_size)
-    runs = [dict(ar, model=label)]
+    the fraction of problems whose output equals this model's own AR output token for token.
+    `before_run(config)` is called before every run; when it returns False the sweep ends there
+    (a caller's progress bar and time limit)."""
+    runs = []
+    ar_cfg = replace(base, mode="ar")
+    if before_run is not None and not before_run(ar_cfg):
+        return runs
+    ar = run_one(model, tok, examples, ar_cfg, batch_size)
+    runs.append(dict(ar, model=label))
     for B in block_sizes:
         for tau in taus:
-            r = run_one(model, tok, examples, replace(base, mode="mars", tau=tau, block_size=B), batch_size)
+            cfg = replace(base, mode="mars", tau=tau, block_size=B)
+            if before_run is not None and not before_run(cfg):
+                return runs
+            r = run_one(model, tok, examples, cfg, batch_size)
             r["matches_ar"] = sum(a == b for a, b in zip(r["_ids"], ar["_ids"])) / len(examples)
             runs.append(dict(r, model=label))
     return runs
