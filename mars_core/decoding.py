@@ -106,6 +106,7 @@ class Rows:
         self.out: list[list[int]] = [[] for _ in range(n)]
         self.conf: list[list[float]] = [[] for _ in range(n)]
         self.finished = [False] * n
+        self.stop_token: list[int | None] = [None] * n  # the stop id that ended a sequence, if one did
         self.active = list(range(n))
         self.stats = DecodeStats()
         self.stop_ids = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
@@ -135,12 +136,7 @@ class Rows:
         B = tokens.shape[1]
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
-        idx = torch.arange(B, device=tokens.device)
-        stop = torch.isin(tokens, self.stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
-        hit = stop.any(dim=1)
-        first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
-        take = torch.minimum(first_stop, remaining)
-        done = hit | (take >= remaining)
+        take, done = cut(tokens, n_accept, self.stop_ids, remaining)
         packed = torch.cat([tokens.double(), conf.double(), take[:, None].double(),
                             done[:, None].double()], dim=1).tolist()  # the one host sync
         counts = [0] * len(self.prompts)
@@ -152,6 +148,8 @@ class Rows:
         for r, row in zip(rows, packed):
             k = int(row[2 * B])
             ids = [int(t) for t in row[:k]]
+            if row[2 * B + 1] and k < self.cfg.max_new_tokens - len(self.out[r]):
+                self.stop_token[r] = int(row[k])  # done before the cap: a stop id ended it
             self.out[r].extend(ids)
             self.conf[r].extend(row[B:B + k])
             ev_tokens[r], ev_conf[r] = ids, row[B:B + k]
@@ -180,6 +178,20 @@ class Rows:
         keep = [i for i, r in enumerate(self.active) if not self.finished[r]]
         self.active = [self.active[i] for i in keep]
         return keep
+
+
+def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
+        remaining: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut each row's accepted tokens at its first stop id and at its remaining budget.
+
+    tokens (R, B), n_accept (R,), remaining (R,) -> take (R,) tokens kept, done (R,) bool.
+    """
+    idx = torch.arange(tokens.shape[1], device=tokens.device)
+    stop = torch.isin(tokens, stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
+    hit = stop.any(dim=1)
+    first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
+    take = torch.minimum(first_stop, remaining)
+    return take, hit | (take >= remaining)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:

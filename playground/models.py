@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from mars_core import load_model
+from mars_core.loading import trained_block_size
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED_MARS = os.path.join(ROOT, "assets", "models", "tiny-mars-b4")
@@ -121,15 +122,8 @@ class Loaded:
 
     @property
     def trained_block_size(self) -> int | None:
-        """The block size the MARS stage used, when the folder records it."""
-        path = os.path.join(self.source, "training_config.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                args = json.load(f).get("args", {})
-            return int(args["block_size"]) if args.get("stage") == "mars" and args.get("block_size") else None
-        except (OSError, ValueError, KeyError, TypeError):
-            m = re.search(r"blk(\d+)", self.source)
-            return int(m.group(1)) if m else None
+        """The block size the MARS stage used, when the checkpoint records it."""
+        return trained_block_size(self.source)
 
     def eval_json(self) -> dict | None:
         """The model card's precomputed sweep (`eval.json` in the folder), or None."""

@@ -11,6 +11,7 @@ from dataclasses import fields
 
 from mars_core import DecodeConfig
 from mars_core.config import check_tau
+from mars_core.lists import parse_list
 
 SEED_MAX = 2**31 - 1
 TEMPERATURE_MAX = 2.0
@@ -93,7 +94,7 @@ def decode_settings(*, tau, block_size, metric, temperature, seed, max_new_token
 
 def parse_taus(text, metric: str = "probability", max_count: int = 12) -> list[float]:
     """A comma-separated list of tau values (each checked for `metric`), or a ValueError."""
-    parts = [t.strip() for t in str(text).split(",") if t.strip()]
+    parts = parse_list(text, str, allow_empty=True, name="taus")
     if not parts:
         raise ValueError("taus: give at least one value, e.g. 1.0, 0.9, 0.7")
     if len(parts) > max_count:

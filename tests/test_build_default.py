@@ -6,7 +6,7 @@ import pytest
 
 from mars_core import DecodeConfig, generate, load_model
 from training.build_default import Recipe, cached_eval, main, stage
-from training.train import TrainConfig
+from training.train_config import TrainConfig
 
 
 def test_smoke_build_then_resume_is_a_no_op(tmp_path):

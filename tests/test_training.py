@@ -13,7 +13,10 @@ from safetensors.torch import load_file
 
 import mars_core
 from mars_core import DecodeConfig
+from mars_core.loading import load_tokenizer
 from training import data as D
+from training import checkpoint as C
+from training import loop as L
 from training import train as T
 from tasks.synthetic import make_examples
 from training.tokenizer import build_tokenizer, chat_ids, corpus_from_examples
@@ -46,7 +49,7 @@ def ar_run(tok_dir, tmp_path_factory):
 
 
 def losses(output: str, key: str = "loss") -> list[float]:
-    with open(os.path.join(output, T.LOG_FILE), encoding="utf-8") as f:
+    with open(os.path.join(output, C.LOG_FILE), encoding="utf-8") as f:
         return [json.loads(line)[key] for line in f if line.strip()]
 
 
@@ -164,7 +167,7 @@ def test_ar_stage_learns_and_saves(ar_run):
     assert summary["skipped"].get("longer than max_length", 0) > 0  # a few synthetic examples exceed 256
     curve = losses(out)
     assert len(curve) == 12 and sum(curve[-3:]) / 3 < sum(curve[:3]) / 3 - 0.5
-    assert sorted(os.listdir(os.path.join(out, T.CKPT_DIR))) == ["step-10", "step-12"]
+    assert sorted(os.listdir(os.path.join(out, C.CKPT_DIR))) == ["step-10", "step-12"]
     with open(os.path.join(out, "generation_config.json")) as f:
         assert json.load(f)["eos_token_id"] == 4  # <|end|>
     model, tok = mars_core.load_model(out)
@@ -182,7 +185,7 @@ def test_mars_stage_learns_and_saves(ar_run, tokenizer, tmp_path):
     total, noisy, clean = (losses(out, k) for k in ("loss", "noisy", "clean"))
     assert all(abs(t - (n + c)) < 1e-4 for t, n, c in zip(total, noisy, clean))
     assert sum(total[-3:]) / 3 < sum(total[:3]) / 3 - 0.3
-    with open(os.path.join(out, T.CONFIG_FILE)) as f:
+    with open(os.path.join(out, C.CONFIG_FILE)) as f:
         record = json.load(f)
     assert record["stage"] == "mars" and record["steps"] == 10 and record["args"]["init"] == init
     model, tok = mars_core.load_model(out)
@@ -192,7 +195,7 @@ def test_mars_stage_learns_and_saves(ar_run, tokenizer, tmp_path):
 
     assert AutoModelForCausalLM.from_pretrained(out).config.vocab_size == len(tokenizer)
     # stage 2 kept stage 1's tokenizer exactly (not the Qwen2Tokenizer AutoTokenizer would pick)
-    saved = T.declared_tokenizer(out)
+    saved = load_tokenizer(out)
     assert len(saved) == len(tokenizer) and saved.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()
 
 
@@ -206,7 +209,7 @@ def test_resume_matches_uninterrupted_run(tok_dir, tmp_path):
     T.train(T.TrainConfig(output=straight, **base))
     split = str(tmp_path / "split")
     first = T.train(T.TrainConfig(output=split, stop_at=3, **base))
-    assert first["status"] == "stopped" and [s for s, _ in T.list_checkpoints(split)] == [3]
+    assert first["status"] == "stopped" and [s for s, _ in C.list_checkpoints(split)] == [3]
     assert not os.path.exists(os.path.join(split, "model.safetensors"))
     second = T.train(T.TrainConfig(output=split, stop_at=8, resume=True, **base))
     assert second["status"] == "stopped" and second["epoch"] == 1
@@ -225,7 +228,7 @@ def test_epochs_count_optimizer_steps(tok_dir, tmp_path):
     summary = T.train(T.TrainConfig(stage="ar", output=str(tmp_path / "ep"), tokenizer=tok_dir,
                                     model_config="micro", epochs=2, grad_accum=4, save_every=0, **FAST))
     assert summary["total_steps"] == summary["steps"] == 8 and summary["epoch"] == 2
-    with open(os.path.join(tmp_path, "ep", T.LOG_FILE)) as f:
+    with open(os.path.join(tmp_path, "ep", C.LOG_FILE)) as f:
         progress = [json.loads(line)["epoch"] for line in f]
     assert progress[3] == 1.0 and progress[-1] == 2.0 and progress == sorted(progress)
 
@@ -234,7 +237,7 @@ def test_signal_saves_checkpoint_then_resumes(tok_dir, tmp_path, monkeypatch):
     base = dict(stage="ar", tokenizer=tok_dir, model_config="micro", max_steps=5, save_every=0, **FAST)
     out = str(tmp_path / "sig")
     calls = {"n": 0}
-    original = T.Run.micro_step
+    original = L.Run.micro_step
 
     def micro_step(self, batch):
         calls["n"] += 1
@@ -242,11 +245,11 @@ def test_signal_saves_checkpoint_then_resumes(tok_dir, tmp_path, monkeypatch):
             os.kill(os.getpid(), signal.SIGTERM)
         return original(self, batch)
 
-    monkeypatch.setattr(T.Run, "micro_step", micro_step)
+    monkeypatch.setattr(L.Run, "micro_step", micro_step)
     summary = T.train(T.TrainConfig(output=out, **base))
     monkeypatch.undo()
     assert summary["status"] == "interrupted" and summary["steps"] == 2
-    assert [s for s, _ in T.list_checkpoints(out)] == [2]
+    assert [s for s, _ in C.list_checkpoints(out)] == [2]
     assert T.train(T.TrainConfig(output=out, resume=True, **base))["steps"] == 5
 
 
@@ -273,7 +276,7 @@ def test_two_rank_data_parallel_run(tok_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(os.path.join(out, T.CONFIG_FILE)) as f:
+    with open(os.path.join(out, C.CONFIG_FILE)) as f:
         record = json.load(f)
     assert record["world_size"] == 2
     first = record["first_batch_sha1"]
