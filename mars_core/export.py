@@ -9,7 +9,9 @@ with MARS through `model.generate(**inputs, custom_generate=OUT, trust_remote_co
   what transformers does anyway on load, and what vLLM / SGLang need to read it right.
 - *.safetensors: copied byte for byte (sha256 in the card). No safetensors: refused.
 - tokenizer: with `<|mask|>` as its mask token (added only when an embedding row is free).
-- generation_config.json: the source's, plus `mars`: the decoding defaults and the mask id.
+- generation_config.json: the source's, plus `mars`: the decoding defaults and the mask id;
+  config.json also names the mask id `pard_token`, so the folder serves as a vLLM parallel
+  drafter as it is (docs/serving.md).
 - custom_generate/: generated from mars_core (`export_method`); README.md: the model card.
 
 `python -m mars_core.export --method-only OUT` writes only custom_generate/ (a Hub repository
@@ -71,6 +73,8 @@ def export(src: str | os.PathLike, out: str | os.PathLike, *, block_size: int | 
         if (src / WEIGHTS_INDEX).is_file():
             shutil.copyfile(src / WEIGHTS_INDEX, tmp / WEIGHTS_INDEX)
         mask_id, tokenizer_class = _export_tokenizer(src, tmp, config, notes)
+        config_json["pard_token"] = mask_id  # vLLM's parallel drafting reads the mask id here
+        (tmp / "config.json").write_text(json.dumps(config_json, indent=2) + "\n", encoding="utf-8")
         mars = {"mode": "mars", "tau": float(tau), "block_size": B, "mask_token_id": mask_id}
         _write_generation_config(src, tmp, config_json, mars)
         for name in KEEP_FILES:
