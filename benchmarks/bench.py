@@ -22,50 +22,17 @@ interleaved repetitions, scoring), report.py (table, figure, files); this file i
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 import torch
 
+from mars_core.config import METRICS, check_tau
+from mars_core.lists import list_arg
+from mars_core.loading import DTYPES, trained_block_size
+
 from .measure import DEFAULT_AR, DEFAULT_MARS, benchmark
 from .methods import ar_baselines, default_methods, method_list, methods_doc, methods_help
 from .report import table, write_outputs
-
-
-def _block_size_of(path: str) -> int | None:
-    try:
-        with open(os.path.join(path, "training_config.json"), encoding="utf-8") as f:
-            return int(json.load(f)["args"]["block_size"])
-    except Exception:  # noqa: BLE001 - a hub model or an untrained folder: use the default
-        return None
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
-    return vals
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not vals:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return vals
-
-
-def _names(text: str) -> list[str]:
-    vals = [x.strip() for x in text.split(",") if x.strip()]
-    if not vals:
-        raise argparse.ArgumentTypeError("expected at least one method")
-    return vals
 
 
 def parser() -> argparse.ArgumentParser:
@@ -79,20 +46,20 @@ def parser() -> argparse.ArgumentParser:
                                      "({\"messages\": [...], \"answer\": ...}); default: held-out synthetic problems")
     p.add_argument("--n", type=int, default=32, help="number of prompts (default 32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic eval problems (default 0)")
-    p.add_argument("--batch-sizes", type=_ints, default=(1, 4, 8, 16), help="comma-separated (default 1,4,8,16)")
-    p.add_argument("--taus", type=_floats, default=(0.95,), help="comma-separated MARS thresholds (default 0.95)")
-    p.add_argument("--metric", default="probability", choices=("probability", "entropy", "margin"))
+    p.add_argument("--batch-sizes", type=list_arg(int, minimum=1), default=(1, 4, 8, 16), help="comma-separated (default 1,4,8,16)")
+    p.add_argument("--taus", type=list_arg(float), default=(0.95,), help="comma-separated MARS thresholds (default 0.95)")
+    p.add_argument("--metric", default="probability", choices=METRICS)
     p.add_argument("--block-size", type=int, default=None,
                    help="MARS block size B (default: the MARS model's training block size, else 4)")
-    p.add_argument("--cache-block-sizes", type=_ints, default=(4, 8, 16, 32, 64),
+    p.add_argument("--cache-block-sizes", type=list_arg(int, minimum=1), default=(4, 8, 16, 32, 64),
                    help="block-level cache sizes for mars-block (default 4,8,16,32,64)")
-    p.add_argument("--methods", type=_names, default=default_methods(), help=methods_help())
+    p.add_argument("--methods", type=list_arg(str), default=default_methods(), help=methods_help())
     p.add_argument("--max-new-tokens", type=int, default=128, help="generated tokens per prompt, at most (default 128)")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per method, interleaved (default 3)")
     p.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, fixed for the whole run (default 2)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+    p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="weights and compute dtype of both models (default float32, as the bundled models are saved)")
     p.add_argument("--output", default="bench", help="folder for bench.md, bench.json, bench.html (default ./bench)")
     return p
@@ -105,15 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(a, name) < minimum:
             p.error(f"--{name.replace('_', '-')} must be >= {minimum}, got {getattr(a, name)}")
     if a.block_size is None:
-        a.block_size = _block_size_of(a.mars_model) or 4
+        a.block_size = trained_block_size(a.mars_model) or 4
     if a.block_size < 1:
         p.error(f"--block-size must be >= 1, got {a.block_size}")
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     try:
         method_list(a.methods, a.cache_block_sizes)
-        from mars_core.config import check_tau
-
         for t in a.taus:
             check_tau(t, a.metric)
     except ValueError as e:

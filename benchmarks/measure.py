@@ -16,7 +16,7 @@ import time
 import torch
 
 from mars_core.loading import load_model
-from mars_core.prompts import encode_prompt
+from mars_core.prompts import check_context, encode_prompt
 from tasks.synthetic import make_examples, score
 
 from .methods import CallCounter, Method, ar_baselines, method_list
@@ -90,11 +90,10 @@ def _load_models(methods: list[Method], args) -> dict:
 
 def _check_fits(models: dict, ids: dict, args) -> None:
     for k, (model, _) in models.items():
-        limit = getattr(model.config, "max_position_embeddings", None)
-        longest = max(len(i) for i in ids[k])
-        if limit is not None and longest + args.max_new_tokens + args.block_size > limit:
-            raise ValueError(f"the {k} model has {limit} positions; the longest prompt ({longest} tokens) plus "
-                             f"--max-new-tokens {args.max_new_tokens} does not fit")
+        try:  # AR methods read one position past the text, MARS ones a block
+            check_context(model, ids[k], args.max_new_tokens, args.block_size if k == "mars" else 1)
+        except ValueError as e:
+            raise ValueError(f"the {k} model: {e}") from None
 
 
 def _attempt(m: Method, fn):

@@ -17,8 +17,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
-
 from mars_core.config import DecodeConfig
 from mars_core.decoding import left_pad
 from mars_core.generate import decode_steps

@@ -23,7 +23,8 @@ import time
 
 import torch
 
-from mars_core.loading import load_model
+from mars_core.config import METRICS, check_tau
+from mars_core.loading import DTYPES, load_model
 from mars_core.prompts import encode_prompt
 from tasks.synthetic import make_examples
 
@@ -87,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tau", type=float, default=0.95)
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--cache-block-size", type=int, default=16)
-    p.add_argument("--metric", default="probability", choices=("probability", "entropy", "margin"))
+    p.add_argument("--metric", default="probability", choices=METRICS)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--prompt-lookup-tokens", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--top", type=int, default=15, help="operators to list (default 15)")
     p.add_argument("--output", help="also write the report to this file")
     a = p.parse_args(argv)
@@ -101,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     try:
         method_list([a.method], (a.cache_block_size,))
-        from mars_core.config import check_tau
-
         check_tau(a.tau, a.metric)
     except ValueError as e:
         p.error(str(e))

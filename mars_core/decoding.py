@@ -43,6 +43,17 @@ class DecodeStats:
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def idle_slots(self) -> int:
+        """Forwards in which a sequence that had not finished accepted nothing (it waited, e.g.
+        at a block-cache boundary for the others); the forwards after its last token do not count."""
+        idle = 0
+        for i in range(len(self.accepted_per_step[0]) if self.accepted_per_step else 0):
+            col = [step[i] for step in self.accepted_per_step]
+            last = max((k for k, v in enumerate(col) if v > 0), default=-1)
+            idle += sum(1 for v in col[:last] if v == 0)
+        return idle
+
     def per_sequence(self, i: int) -> list[int]:
         """Accepted counts of sequence `i` over the steps in which it decoded."""
         return [step[i] for step in self.accepted_per_step if step[i] > 0]
@@ -60,6 +71,10 @@ class StepEvent:
     generated: int  # tokens generated so far, all sequences
     elapsed: float  # seconds since the decode started, prefill included
     tau: float  # the threshold this step used
+    # per sequence: all B predictions of this forward and their confidences, accepted or not
+    # (empty for a sequence that did not decode in it); what a step-by-step replay shows
+    proposed: list[list[int]] = field(default_factory=list)
+    proposed_confidences: list[list[float]] = field(default_factory=list)
 
 
 class RowRandom:
@@ -121,18 +136,15 @@ class Rows:
         B = tokens.shape[1]
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
-        idx = torch.arange(B, device=tokens.device)
-        stop = torch.isin(tokens, self.stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
-        hit = stop.any(dim=1)
-        first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
-        take = torch.minimum(first_stop, remaining)
-        done = hit | (take >= remaining)
+        take, done = cut(tokens, n_accept, self.stop_ids, remaining)
         packed = torch.cat([tokens.double(), conf.double(), take[:, None].double(),
                             done[:, None].double()], dim=1).tolist()  # the one host sync
         counts = [0] * len(self.prompts)
         feed = []
         ev_tokens = [[] for _ in self.prompts]
         ev_conf = [[] for _ in self.prompts]
+        proposed = [[] for _ in self.prompts]
+        proposed_conf = [[] for _ in self.prompts]
         for r, row in zip(rows, packed):
             k = int(row[2 * B])
             ids = [int(t) for t in row[:k]]
@@ -141,6 +153,7 @@ class Rows:
             self.out[r].extend(ids)
             self.conf[r].extend(row[B:B + k])
             ev_tokens[r], ev_conf[r] = ids, row[B:B + k]
+            proposed[r], proposed_conf[r] = [int(t) for t in row[:B]], row[B:2 * B]
             self.finished[r] = self.finished[r] or bool(row[2 * B + 1])
             counts[r] = max(k, 1)  # a step that only emitted EOS still used the forward
             feed.append(ids)
@@ -150,7 +163,7 @@ class Rows:
         self.stats.accepted_per_step.append(counts)
         self.stats.seconds = time.perf_counter() - self.t0
         event = StepEvent(self.stats.forwards - 1, ev_tokens, ev_conf, list(self.finished),
-                          self.stats.forwards, self.stats.tokens, self.stats.seconds, tau)
+                          self.stats.forwards, self.stats.tokens, self.stats.seconds, tau, proposed, proposed_conf)
         return event, feed
 
     def running(self) -> bool:
@@ -165,6 +178,20 @@ class Rows:
         keep = [i for i, r in enumerate(self.active) if not self.finished[r]]
         self.active = [self.active[i] for i in keep]
         return keep
+
+
+def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
+        remaining: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut each row's accepted tokens at its first stop id and at its remaining budget.
+
+    tokens (R, B), n_accept (R,), remaining (R,) -> take (R,) tokens kept, done (R,) bool.
+    """
+    idx = torch.arange(tokens.shape[1], device=tokens.device)
+    stop = torch.isin(tokens, stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
+    hit = stop.any(dim=1)
+    first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
+    take = torch.minimum(first_stop, remaining)
+    return take, hit | (take >= remaining)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,7 +32,7 @@ import torch
 
 from .export_card import method_card, model_card
 from .export_method import write_method
-from .loading import ALIASES, _load_tokenizer
+from .loading import ALIASES, load_tokenizer, trained_block_size
 from .prompts import MASK_TOKEN
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -163,11 +163,9 @@ def _block_size(src: Path, block_size: int | None) -> tuple[int, list[str]]:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
         return block_size, []
-    path = src / "training_config.json"
-    if path.is_file():
-        value = json.loads(path.read_text(encoding="utf-8")).get("block_size")
-        if isinstance(value, int) and value >= 1:
-            return value, []
+    trained = trained_block_size(str(src))
+    if trained is not None:
+        return trained, []
     return 4, ["block size 4 by default (the source records none; pass --block-size to set it)"]
 
 
@@ -175,7 +173,7 @@ def _export_tokenizer(src: Path, tmp: Path, config, notes: list[str]) -> tuple[i
     """Save the tokenizer with <|mask|> as its mask token; returns (mask id, the class to load it with)."""
     from transformers import AutoTokenizer
 
-    tok = _load_tokenizer(str(src), True, False)
+    tok = load_tokenizer(str(src))
     rows = config.vocab_size
     mask_id = tok.convert_tokens_to_ids(MASK_TOKEN)
     if tok.mask_token is not None and tok.mask_token != MASK_TOKEN:

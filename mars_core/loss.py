@@ -6,7 +6,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .masks import mars_training_mask
+from .masks import for_model, mars_training_mask
 
 IGNORE = -100
 
@@ -62,7 +62,8 @@ def mars_loss(
     """One MARS training forward. `ar_weight = 0` is the paper's "MARS w/o SFT loss" ablation.
 
     input_ids, labels, attention_mask: (N, n), right padded; labels = IGNORE on prompt and
-    padding. The model must honour a 4-D boolean mask (load it with attn_implementation="sdpa").
+    padding. Works under sdpa and eager attention (the mask is given in the form each applies);
+    other attention implementations raise a ValueError.
     """
     if input_ids.shape != labels.shape:
         raise ValueError(f"input_ids {tuple(input_ids.shape)} and labels {tuple(labels.shape)} differ")
@@ -74,6 +75,7 @@ def mars_loss(
         attention_mask = torch.ones_like(input_ids)
     n = input_ids.shape[1]
     ids, mask, pos = mars_inputs(input_ids, labels, attention_mask, block_size, mask_token_id)
+    mask = for_model(mask, model, model.get_input_embeddings().weight.dtype)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits  # (N, 2n, V)
     noisy = shifted_ce(logits[:, :n], labels)
     clean = shifted_ce(logits[:, n:], labels)

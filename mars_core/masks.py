@@ -58,3 +58,34 @@ def causal_mask(key_valid: torch.Tensor, n_query: int) -> torch.Tensor:
     k_idx = torch.arange(k, device=key_valid.device)
     causal = k_idx[None, :] <= q_idx[:, None]  # (q, k)
     return (causal[None] & key_valid[:, None, :])[:, None]  # (N, 1, q, k)
+
+
+def attention_of(model) -> str:
+    """The model's attention implementation ("sdpa", "eager", "flash_attention_2", ...)."""
+    return getattr(model.config, "_attn_implementation", None) or "eager"
+
+
+def for_model(mask: torch.Tensor, model, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True = may attend) in the form `model` applies as written.
+
+    sdpa takes the boolean mask itself. Eager attention *adds* the mask to the scores, so a
+    boolean mask would add 0/1 and mask nothing: it gets the additive form (0 where allowed, the
+    dtype's minimum where not). Kernels that take no arbitrary mask (flash attention) are refused.
+    """
+    impl = attention_of(model)
+    if impl == "sdpa":
+        return mask
+    if impl == "eager":
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    raise ValueError(f"the model's attn_implementation is {impl!r}, which cannot apply MARS's 4-D attention mask; "
+                     "load it with attn_implementation=\"sdpa\" (or \"eager\")")
+
+
+def require_sdpa(model) -> None:
+    """The decoders pass boolean masks (a ragged cache's holes, MARS blocks): refuse a model
+    that would not apply them as written, instead of decoding wrong tokens silently."""
+    impl = attention_of(model)
+    if impl != "sdpa":
+        raise ValueError(f"the decoders need attn_implementation=\"sdpa\", the model has {impl!r}; "
+                         "load it with mars_core.load_model or set_attn_implementation(\"sdpa\")")
+

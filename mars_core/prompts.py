@@ -46,3 +46,25 @@ def special_ids(model, tokenizer) -> tuple[int, int, list[int]]:
     if pad is None:
         pad = next(iter(stop), 0)
     return mask_id, pad, sorted(stop)
+
+
+def context_limit(model) -> int | None:
+    """The model's number of positions (None when its config does not say)."""
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def check_context(model, prompt_ids: list[list[int]], max_new_tokens: int, block_size: int) -> None:
+    """Raise a ValueError naming the first prompt that cannot decode `max_new_tokens` within the
+    model's positions. A MARS step reads `block_size` positions past the committed text, so a
+    prompt needs len(prompt) + max_new_tokens + block_size of them (block_size 1 for AR)."""
+    limit = context_limit(model)
+    for i, ids in enumerate(prompt_ids):
+        if not ids:
+            raise ValueError(f"prompt {i} encodes to no tokens")
+        need = len(ids) + max_new_tokens + block_size
+        if limit is not None and need > limit:
+            raise ValueError(
+                f"prompt {i} has {len(ids)} tokens; with max_new_tokens={max_new_tokens} "
+                f"it needs {need} positions but the model has {limit}"
+            )
+

@@ -103,6 +103,20 @@ def test_missing_model_and_bad_prompts_exit_2(models, tmp_path, capsys):
     assert "JSONL" in capsys.readouterr().err
 
 
+def test_prompt_too_long_for_the_model_exits_2(models, tmp_path, capsys):
+    from mars_core.loading import load_tokenizer
+    from mars_core.prompts import encode_prompt
+    from tasks.synthetic import make_examples
+
+    # 512 positions: the prompt + the new tokens + the AR step's 1 fit exactly; a MARS block of 4 does not
+    prompt = make_examples(1, 0, "eval")[0]["messages"][0]["content"]
+    new = 512 - len(encode_prompt(load_tokenizer(models["ar"]), prompt)) - 1
+    one = ["--n", "1", "--batch-sizes", "1", "--repeats", "1", "--max-new-tokens", str(new)]
+    assert bench.main(args(models, tmp_path, "--methods", "ar", *one)) == 0
+    assert bench.main(args(models, tmp_path, "--methods", "mars-cursor", *one)) == 2
+    assert "the mars model: prompt" in capsys.readouterr().err
+
+
 def test_mars_rows_accept_several_tokens_per_forward(models, tmp_path):
     assert bench.main(args(models, tmp_path, "--methods", "ar,mars-sliding,mars-cursor", "--batch-sizes", "2",
                            "--max-new-tokens", "12")) == 0

@@ -155,6 +155,6 @@ def test_bad_inputs_are_clear_errors(ref, hf_model):
         hf_model.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding, streamer=Puts(),
                           mask_token_id=tok.mask_token_id, max_new_tokens=8)
     eager = AutoModelForCausalLM.from_pretrained(str(BUNDLED), attn_implementation="eager")
-    with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
+    with pytest.raises(ValueError, match='attn_implementation="sdpa"'):
         eager.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding,
                        mask_token_id=tok.mask_token_id, max_new_tokens=8)

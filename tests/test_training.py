@@ -13,10 +13,10 @@ from safetensors.torch import load_file
 
 import mars_core
 from mars_core import DecodeConfig
+from mars_core.loading import load_tokenizer
 from training import data as D
 from training import checkpoint as C
 from training import loop as L
-from training import setup as S
 from training import train as T
 from tasks.synthetic import make_examples
 from training.tokenizer import build_tokenizer, chat_ids, corpus_from_examples
@@ -195,7 +195,7 @@ def test_mars_stage_learns_and_saves(ar_run, tokenizer, tmp_path):
 
     assert AutoModelForCausalLM.from_pretrained(out).config.vocab_size == len(tokenizer)
     # stage 2 kept stage 1's tokenizer exactly (not the Qwen2Tokenizer AutoTokenizer would pick)
-    saved = S.declared_tokenizer(out)
+    saved = load_tokenizer(out)
     assert len(saved) == len(tokenizer) and saved.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()
 
 

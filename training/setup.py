@@ -11,9 +11,6 @@ import torch
 from training.data import Collator, LengthGroupedBatchSampler, build_dataset, load_records
 from training.train_config import PRESET_COMMON, PRESETS, TrainConfig
 
-GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
-
-
 def qwen2_config(spec: str, tokenizer):
     """A Qwen2Config from a preset name or a JSON file, sized to the tokenizer."""
     from transformers import Qwen2Config
@@ -35,41 +32,17 @@ def qwen2_config(spec: str, tokenizer):
     return config
 
 
-def declared_tokenizer(folder: str, fallback=None):
-    """The tokenizer a local folder declares in tokenizer_config.json.
-
-    For a qwen2 model folder AutoTokenizer (transformers 5) swaps a generic `TokenizersBackend`
-    for Qwen2Tokenizer, which rebuilds the pre-tokenizer its own way and adds an
-    `<|endoftext|>` token past the embedding matrix: not the tokenizer the model was trained
-    with. A generic declaration is therefore loaded as such; anything else via AutoTokenizer
-    (or `fallback`, when given).
-    """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    path = os.path.join(folder, "tokenizer_config.json")
-    declared = None
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            declared = json.load(f).get("tokenizer_class")
-    if declared in GENERIC_TOKENIZERS:
-        return PreTrainedTokenizerFast.from_pretrained(folder)
-    return fallback if fallback is not None else AutoTokenizer.from_pretrained(folder)
-
-
 def load_model_and_tokenizer(config: TrainConfig):
     """fp32 model (sdpa attention) and tokenizer with a mask token: from --init or from scratch."""
     from mars_core import load_model
-    from mars_core.loading import ensure_mask_token
-    from mars_core.prompts import MASK_TOKEN
+    from mars_core.loading import ensure_mask_token, load_tokenizer
+    from mars_core.prompts import MASK_TOKEN, context_limit
     from transformers import Qwen2ForCausalLM
 
-    if config.init:
+    if config.init:  # load_model applies the tokenizer-class policy and adds the mask token
         model, tokenizer = load_model(config.init, dtype=torch.float32, device="cpu")
-        if os.path.isdir(config.init):
-            tokenizer = declared_tokenizer(config.init, fallback=tokenizer)
-            ensure_mask_token(model, tokenizer)
     else:
-        tokenizer = declared_tokenizer(config.tokenizer)
+        tokenizer = load_tokenizer(config.tokenizer)
         if tokenizer.mask_token is None:  # before sizing the model, so the row exists from the start
             tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})
         model = Qwen2ForCausalLM(qwen2_config(config.model_config, tokenizer)).float()
@@ -78,7 +51,7 @@ def load_model_and_tokenizer(config: TrainConfig):
         raise ValueError(f"the model uses {model.config._attn_implementation!r} attention; MARS needs 'sdpa'")
     if tokenizer.pad_token is None:  # pads only masked-out slots; any id works
         tokenizer.pad_token = tokenizer.eos_token
-    limit = getattr(model.config, "max_position_embeddings", None)
+    limit = context_limit(model)
     if limit is not None and config.max_length > limit:
         raise ValueError(f"--max-length {config.max_length} exceeds the model's {limit} positions")
     model.config.use_cache = False  # no KV cache while training

@@ -20,8 +20,8 @@ from typing import Iterator
 
 import torch
 
-from .decode_sliding import prefill, select
 from .decoding import Rows, StepEvent
+from .kv import prefill, select
 from .masks import causal_mask
 
 

@@ -12,7 +12,8 @@ from .decode_cursor import decode_cursor
 from .decode_reference import decode_reference
 from .decode_sliding import decode_sliding
 from .decoding import DecodeStats, Rows, StepEvent
-from .prompts import check_prompts, encode_prompt, special_ids
+from .masks import require_sdpa
+from .prompts import check_context, check_prompts, encode_prompt, special_ids
 
 
 @dataclass
@@ -21,10 +22,6 @@ class GenerateResult:
     texts: list[str]
     confidences: list[list[float]]
     stats: DecodeStats
-
-
-def _context_limit(model) -> int | None:
-    return getattr(model.config, "max_position_embeddings", None)
 
 
 def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeConfig,
@@ -36,16 +33,8 @@ def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeCo
         control = TauControl(config.tau, config.metric)
     elif control.metric != config.metric:
         raise ValueError(f"TauControl metric {control.metric!r} differs from config metric {config.metric!r}")
-    limit = _context_limit(model)
-    for i, ids in enumerate(prompt_ids):
-        if not ids:
-            raise ValueError(f"prompt {i} encodes to no tokens")
-        need = len(ids) + config.max_new_tokens + config.effective_block_size
-        if limit is not None and need > limit:
-            raise ValueError(
-                f"prompt {i} has {len(ids)} tokens; with max_new_tokens={config.max_new_tokens} "
-                f"it needs {need} positions but the model has {limit}"
-            )
+    check_context(model, prompt_ids, config.max_new_tokens, config.effective_block_size)
+    require_sdpa(model)
     mask_id, pad_id, stop_ids = special_ids(model, tokenizer)
     device = next(model.parameters()).device
     rows = Rows(prompt_ids, config, control, stop_ids, device)
