@@ -97,3 +97,20 @@ def test_a_space_starts_from_a_fresh_clone(tmp_path):
         except subprocess.TimeoutExpired:
             app.kill()
         log.close()
+
+
+def test_every_decoding_handler_holds_a_zerogpu_slot_long_enough(monkeypatch):
+    sys.path.insert(0, str(ROOT))
+    import app
+
+    seen = []
+
+    def fake_gpu(fn=None, **kwargs):  # what spaces.GPU receives on a ZeroGPU Space
+        seen.append((getattr(fn, "__name__", fn), kwargs))
+        return fn
+
+    monkeypatch.setattr(app, "GPU", fake_gpu)
+    app.build_app(str(ROOT / "assets" / "models" / "tiny-mars-b4"), "", max_seconds=45)
+    names = {name for name, _ in seen}
+    assert {"generate", "run"} <= names and len(seen) >= 4, seen
+    assert all(kw == {"duration": 75} for _, kw in seen)  # the decode's own limit, plus 30 s
