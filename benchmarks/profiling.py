@@ -23,7 +23,13 @@ import time
 
 import torch
 
-from .bench import DEFAULT_AR, DEFAULT_MARS, FIXED_METHODS, method_list
+from mars_core.config import METRICS, check_tau
+from mars_core.loading import DTYPES, load_model
+from mars_core.prompts import encode_prompt
+from tasks.synthetic import make_examples
+
+from .measure import DEFAULT_AR, DEFAULT_MARS, run_all
+from .methods import fixed_methods, method_list
 
 
 class ForwardTimer:
@@ -46,11 +52,6 @@ class ForwardTimer:
 
 
 def profile(args) -> str:
-    from .bench import run_all
-    from mars_core.loading import load_model
-    from mars_core.prompts import encode_prompt
-    from tasks.synthetic import make_examples
-
     (method,) = method_list([args.method], (args.cache_block_size,))
     model, tok = load_model(args.ar_model if method.model == "ar" else args.mars_model, dtype=args.dtype)
     prompts = [ex["messages"][0]["content"] for ex in make_examples(args.batch_size, args.seed, "eval")]
@@ -80,19 +81,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.profiling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", default="mars-cursor",
-                   help="one of " + ", ".join(FIXED_METHODS) + ", mars-block-<N> (default mars-cursor)")
+                   help="one of " + ", ".join(fixed_methods()) + ", mars-block-<N> (default mars-cursor)")
     p.add_argument("--ar-model", default=DEFAULT_AR)
     p.add_argument("--mars-model", default=DEFAULT_MARS)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--tau", type=float, default=0.95)
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--cache-block-size", type=int, default=16)
-    p.add_argument("--metric", default="probability", choices=("probability", "entropy", "margin"))
+    p.add_argument("--metric", default="probability", choices=METRICS)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--prompt-lookup-tokens", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--top", type=int, default=15, help="operators to list (default 15)")
     p.add_argument("--output", help="also write the report to this file")
     a = p.parse_args(argv)
@@ -101,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     try:
         method_list([a.method], (a.cache_block_size,))
-        from mars_core.config import check_tau
-
         check_tau(a.tau, a.metric)
     except ValueError as e:
         p.error(str(e))

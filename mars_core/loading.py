@@ -10,36 +10,52 @@
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import os
+import re
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
 
 from .prompts import MASK_TOKEN
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 ALIASES = {"a2d-qwen2": Qwen2Config}
 QUANTIZATION = (None, "8bit", "4bit")
+DTYPES = ("float32", "bfloat16", "float16")  # the names `load_model(dtype=...)` takes, besides "auto"
 
 
 def default_device() -> str:
+    """"cuda" when a GPU is visible, else "cpu"."""
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def default_dtype(device: str) -> torch.dtype:
+    """bf16 on a GPU that has it, else fp32."""
     if str(device).startswith("cuda") and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32
 
 
-def _is_local(name: str) -> bool:
-    """A hub id is exactly `owner/name`; anything else that looks like a path is a path."""
-    if os.path.exists(name):
+def is_local_path(name: str) -> bool:
+    """Is `name` a local path (existing or not) rather than a hub id? A hub id is exactly
+    `owner/name`; anything that exists, or looks like a path, is a path."""
+    name = str(name)
+    if os.path.exists(os.path.expanduser(name)):
         return True
-    path_like = name.startswith(("/", ".", "~")) or name.count("/") != 1 or "\\" in name
-    if path_like:
+    return name.startswith(("/", ".", "~")) or name.count("/") != 1 or "\\" in name
+
+
+def _is_local(name: str) -> bool:
+    """`is_local_path`, refusing a path that does not exist with a clear message."""
+    local = is_local_path(name)
+    if local and not os.path.exists(os.path.expanduser(name)):
         raise ValueError(f"model path {name!r} does not exist (give a folder with config.json, or a hub id owner/name)")
-    return False
+    return local
 
 
 def _read_config(name: str, local: bool, **hub_kwargs) -> dict:
@@ -67,10 +83,19 @@ def _aliased_config(raw: dict):
 GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
+def load_tokenizer(name: str, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    """The tokenizer a folder (or hub id) declares, with the class policy `load_model` uses.
+
+    A folder saved from a plain `tokenizers` object declares `TokenizersBackend`; for a qwen2
+    model folder AutoTokenizer (transformers 5) would swap in Qwen2Tokenizer, which rebuilds the
+    pre-tokenizer its own way and adds an `<|endoftext|>` token past the embedding matrix: not
+    the tokenizer the model was trained with. A generic declaration is therefore loaded as such.
+    """
+    name = os.path.expanduser(str(name))
+    return _load_tokenizer(name, _is_local(name), trust_remote_code)
+
+
 def _load_tokenizer(name: str, local: bool, trust_remote_code: bool):
-    """The tokenizer the folder declares. A folder saved from a plain `tokenizers` object says
-    `TokenizersBackend`; AutoTokenizer would swap in the model type's own class (Qwen2's
-    pre-tokenizer, extra specials) for a qwen2 folder, which is not the tokenizer it was trained with."""
     declared = None
     path = os.path.join(name, "tokenizer_config.json")
     if local and os.path.isfile(path):
@@ -85,7 +110,7 @@ def _load_tokenizer(name: str, local: bool, trust_remote_code: bool):
         return PreTrainedTokenizerFast.from_pretrained(name)
 
 
-def ensure_mask_token(model, tokenizer) -> int:
+def ensure_mask_token(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
     """Give the tokenizer a mask token (reusing `<|mask|>` when the vocabulary has it) and make
     sure the embedding matrix has a row for it. Returns the mask id."""
     if tokenizer.mask_token is None:
@@ -101,7 +126,8 @@ def ensure_mask_token(model, tokenizer) -> int:
 
 
 def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, device: str | None = None,
-               quantization: str | None = None, trust_remote_code: bool = False):
+               quantization: str | None = None,
+               trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Return `(model, tokenizer)` in eval mode, with a mask token, ready for `generate`.
 
     name_or_path: a local folder or a hub id. dtype: default fp32 on CPU, bf16 on a GPU that
@@ -114,9 +140,9 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
         raise ValueError(f"quantization must be one of {QUANTIZATION}, got {quantization!r}")
     device = device or default_device()
     if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, None) if dtype != "auto" else default_dtype(device)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError("dtype must be a torch dtype or one of 'float32', 'bfloat16', 'float16', 'auto'")
+        if dtype not in DTYPES + ("auto",):
+            raise ValueError(f"dtype must be a torch dtype or one of {', '.join(DTYPES)}, auto; got {dtype!r}")
+        dtype = getattr(torch, dtype) if dtype != "auto" else default_dtype(device)
     dtype = dtype or default_dtype(device)
     local = _is_local(name)
     try:
@@ -149,3 +175,23 @@ def _bnb_config(quantization: str, dtype: torch.dtype):
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
+
+
+def trained_block_size(model_or_source: PreTrainedModel | str | os.PathLike) -> int | None:
+    """The block size a MARS checkpoint was trained with, or None when it does not say.
+
+    `model_or_source`: a model (its config's `name_or_path` is used) or a folder / hub id. A
+    folder from `python -m training.train --stage mars` records it in training_config.json; the
+    released checkpoints carry it in their name (`...-blk4`). An AR checkpoint has none.
+    """
+    config = getattr(model_or_source, "config", None)
+    source = str(getattr(config, "name_or_path", model_or_source) if config is not None else model_or_source)
+    try:
+        with open(os.path.join(os.path.expanduser(source), "training_config.json"), encoding="utf-8") as f:
+            args = json.load(f).get("args", {})
+        size = args.get("block_size") if args.get("stage") == "mars" else None
+        return int(size) if size else None
+    except (OSError, ValueError, TypeError, AttributeError):
+        m = re.search(r"blk(\d+)", source)
+        return int(m.group(1)) if m else None
+

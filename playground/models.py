@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from mars_core import load_model
+from mars_core.loading import trained_block_size
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED_MARS = os.path.join(ROOT, "assets", "models", "tiny-mars-b4")
@@ -23,9 +24,68 @@ RELEASED_AR = "Xalphinions/MARS-Qwen2.5-0.5B-AR-SFT"
 QUANTIZATIONS = ("none", "8bit", "4bit")
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+MODELS_DIR_ENV = "MARS_MODELS_DIR"
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+class Catalog:
+    """What a user may load: the app's own models (the bundled pair or the operator's defaults),
+    the model folders in an operator-set directory (`MARS_MODELS_DIR`), and hub ids. A user names
+    a model; a server path is never accepted, so no answer tells whether a path exists."""
+
+    def __init__(self, defaults: list[str], models_dir: str | None = None, allow_hub: bool = True):
+        self.local: dict[str, str] = {}
+        for src in defaults:
+            if src and is_local(src):
+                self.local.setdefault(display_name(src), src)
+        models_dir = models_dir if models_dir is not None else os.environ.get(MODELS_DIR_ENV)
+        if models_dir and os.path.isdir(models_dir):
+            for name in sorted(os.listdir(models_dir)):
+                path = os.path.join(models_dir, name)
+                if os.path.isfile(os.path.join(path, "config.json")):
+                    self.local.setdefault(name, path)
+        self.allow_hub = allow_hub
+
+    def names(self) -> list[str]:
+        return list(self.local)
+
+    def resolve(self, name: str) -> str:
+        """The source (folder or hub id) of an allowed model name, or a ValueError that is the same
+        for every name not allowed."""
+        name = (name or "").strip() if isinstance(name, str) else ""
+        if name in self.local:
+            return self.local[name]
+        if self.allow_hub and HUB_ID.match(name) and ".." not in name:
+            return name
+        listed = ", ".join(self.local) or "(none)"
+        hub = " or a hub id (owner/name)" if self.allow_hub else ""
+        raise ValueError(f"unknown model {_shown(name)!r}: choose one of {listed}{hub}")
+
+
+def hub_loader(load=load_model):
+    """A loader that fetches a hub id's files (safetensors, configs, tokenizer) into the hub cache
+    and loads them from there, so that an id is never read as a folder of this server."""
+    def loader(source: str, **kwargs):
+        if not is_local(source):
+            from huggingface_hub import snapshot_download
+
+            try:
+                source = snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.txt",
+                                                                   "*.model", "tokenizer*"])
+            except Exception as e:  # noqa: BLE001 - offline, private, missing: one answer
+                raise ValueError(f"could not fetch {_shown(source)} from the hub (no network access here, "
+                                 f"or no such public model): {type(e).__name__}") from None
+        return load(source, **kwargs)
+    return loader
+
+
 def is_local(source: str) -> bool:
-    return os.path.exists(os.path.expanduser(source)) or source.startswith(("/", ".", "~")) or \
-        source.count("/") != 1 or "\\" in source
+    """An operator's source that is a folder (anything but exactly owner/name)."""
+    return os.path.isdir(source) or not HUB_ID.match(source)
 
 
 def display_name(source: str | None) -> str:
@@ -33,7 +93,7 @@ def display_name(source: str | None) -> str:
     if not source:
         return "(none)"
     if is_local(source):
-        return os.path.basename(os.path.normpath(os.path.expanduser(source))) or "model"
+        return os.path.basename(os.path.normpath(source)) or "model"
     return source
 
 
@@ -44,7 +104,7 @@ def scrub(message: str, sources=()) -> str:
     """A message with server paths replaced by model names (or their last component)."""
     for src in sorted((s for s in sources if s), key=len, reverse=True):
         if is_local(src):
-            message = message.replace(os.path.expanduser(src), display_name(src)).replace(src, display_name(src))
+            message = message.replace(src, display_name(src))
     return _PATH.sub(lambda m: os.path.basename(m.group(0).rstrip("/")) or "…", message)
 
 
@@ -62,15 +122,8 @@ class Loaded:
 
     @property
     def trained_block_size(self) -> int | None:
-        """The block size the MARS stage used, when the folder records it."""
-        path = os.path.join(self.source, "training_config.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                args = json.load(f).get("args", {})
-            return int(args["block_size"]) if args.get("stage") == "mars" and args.get("block_size") else None
-        except (OSError, ValueError, KeyError, TypeError):
-            m = re.search(r"blk(\d+)", self.source)
-            return int(m.group(1)) if m else None
+        """The block size the MARS stage used, when the checkpoint records it."""
+        return trained_block_size(self.source)
 
     def eval_json(self) -> dict | None:
         """The model card's precomputed sweep (`eval.json` in the folder), or None."""
@@ -85,10 +138,10 @@ class Loaded:
 
 
 class ModelStore:
-    def __init__(self, capacity: int = 2, device: str | None = None, loader=load_model):
+    def __init__(self, capacity: int = 2, device: str | None = None, loader=None):
         self.capacity = capacity
         self.device = device
-        self.loader = loader
+        self.loader = loader or hub_loader()
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str], Loaded] = OrderedDict()
         self._pinned: set[tuple[str, str]] = set()
@@ -110,9 +163,9 @@ class ModelStore:
                                          quantization=None if quantization == "none" else quantization)
             except ValueError as e:
                 raise ValueError(scrub(str(e), [source])) from None
-            except Exception as e:  # noqa: BLE001 - e.g. bitsandbytes without a GPU
+            except Exception as e:  # noqa: BLE001 - e.g. bitsandbytes missing
                 raise ValueError(scrub(f"could not load {display_name(source)}: {type(e).__name__}: {e}",
-                                       [source])) from None
+                                       [source])[:300]) from None
             loaded = Loaded(model, tok, source, quantization, display_name(source))
             self._cache[key] = loaded
             if pin:

@@ -1,4 +1,4 @@
-"""Plotly figures of the playground: throughput gauge, batch timeline, training mask, the
+"""Plotly figures of the playground: batch timeline, training mask, the
 sliding-window steps of a generation and the speed-quality frontier."""
 from __future__ import annotations
 
@@ -13,25 +13,6 @@ def message_figure(text: str, height: int = 300) -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     fig.update_layout(height=height, margin=dict(l=10, r=10, t=10, b=10))
-    return fig
-
-
-def gauge(mars_tps: float, ar_tps: float) -> go.Figure:
-    """MARS tokens/s on a dial, with the AR rate as the reference mark and the speed-up."""
-    top = max(mars_tps, ar_tps, 1.0) * 1.3
-    speedup = mars_tps / ar_tps if ar_tps > 0 else 0.0
-    title = f"MARS tokens/s — speed-up {speedup:.2f}x over AR" if ar_tps > 0 else "MARS tokens/s"
-    fig = go.Figure(go.Indicator(
-        mode="gauge+number+delta", value=mars_tps,
-        number={"suffix": " tok/s", "valueformat": ".1f"},
-        delta={"reference": ar_tps, "relative": False, "valueformat": ".1f"} if ar_tps > 0 else None,
-        title={"text": title, "font": {"size": 14}},
-        gauge={"axis": {"range": [0, top]}, "bar": {"color": "hsl(212, 85%, 48%)"},
-               "steps": [{"range": [0, ar_tps], "color": "hsl(28, 85%, 88%)"}] if ar_tps > 0 else [],
-               "threshold": {"line": {"color": "hsl(28, 85%, 45%)", "width": 4}, "thickness": 0.8,
-                             "value": ar_tps}},
-    ))
-    fig.update_layout(height=230, margin=dict(l=25, r=25, t=50, b=10))
     return fig
 
 
@@ -116,5 +97,13 @@ def frontier(result: dict | None):
     for tr in fig.data:  # one colour per line in both panels
         colour = palette[groups.index(tr.legendgroup) % len(palette)]
         tr.update(marker_color=colour, line_color=colour)
-    fig.update_layout(width=None, autosize=True)
+    # stacked, legend below: readable from a 390 px phone to a desktop (side by side, the
+    # titles and axes of the two panels overlap on a phone)
+    fig.update_layout(width=None, autosize=True, height=760, title=dict(font=dict(size=15), x=0.02),
+                      xaxis=dict(domain=[0, 1], anchor="y"), yaxis=dict(domain=[0.6, 0.93]),
+                      xaxis2=dict(domain=[0, 1], anchor="y2"), yaxis2=dict(domain=[0.0, 0.4]),
+                      legend=dict(orientation="h", x=0, y=-0.12, yanchor="top"),
+                      margin=dict(l=60, r=20, t=60, b=40))
+    for ann, y in zip(fig.layout.annotations, (0.95, 0.42)):  # the two panel titles
+        ann.update(x=0.0, xanchor="left", y=y, yanchor="bottom", font=dict(size=13))
     return fig

@@ -5,20 +5,40 @@ Pure functions of what `mars_core.stream` reported; no decoding happens here.
 """
 from __future__ import annotations
 
+import colorsys
 import html
 
 HUES = (212, 28)  # alternating per step: blue, orange
 REPLACEMENT = "\ufffd"
 
 
+def _luminance(rgb: tuple[float, float, float]) -> float:
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _contrast(a: float, b: float) -> float:
+    return (max(a, b) + 0.05) / (min(a, b) + 0.05)
+
+
+DARK, LIGHT = (0.067, 0.067, 0.067), (1.0, 1.0, 1.0)  # #111, #fff
+
+
 def step_colour(step: int, n: int, block: int) -> tuple[str, str]:
     """(background, text colour) for a step that accepted `n` of `block` predictions: the hue
-    alternates with the step, the colour deepens with the number of tokens accepted."""
+    alternates with the step, the colour deepens with the number of tokens accepted. The text is
+    dark or white, whichever reads better; a shade where neither reaches WCAG AA's 4.5:1 is
+    darkened until white does."""
     hue = HUES[step % 2]
     frac = 0.0 if block <= 1 else min(max(n - 1, 0) / (block - 1), 1.0)
-    light = round(88 - 40 * frac)
-    fg = "#111" if light >= 62 else "#fff"
-    return f"hsl({hue}, 85%, {light}%)", fg
+    light = round(88 - 48 * frac)
+    while True:
+        bg = _luminance(colorsys.hls_to_rgb(hue / 360, light / 100, 0.85))
+        dark, white = _contrast(bg, _luminance(DARK)), _contrast(bg, 1.0)
+        if max(dark, white) >= 4.6 or light <= 20:  # a little above 4.5: browsers round to 8-bit
+            break
+        light -= 2
+    return f"hsl({hue}, 85%, {light}%)", "#111" if dark >= white else "#fff"
 
 
 class TokenTrack:
@@ -59,10 +79,10 @@ class TokenTrack:
             return
         bg, fg = step_colour(step, n, self.block)
         conf = ", ".join(f"{c:.2f}" for c in confs)
-        title = f"step {step + 1}: {n} token{'s' if n != 1 else ''}, confidence {conf}, tau {tau:g}"
-        self.spans.append(
-            f'<span class="tok" data-step="{step}" data-n="{n}" title="{html.escape(title)}" '
-            f'style="background:{bg};color:{fg}">{html.escape(piece) or "&#8203;"}</span>'
+        title = f"forward {step + 1}: {n} token{'s' if n != 1 else ''}, confidence {conf}, tau {tau:g}"
+        self.spans.append(  # title on hover; tabindex + data-tip: the same details on tap / focus
+            f'<span class="tok" tabindex="0" data-step="{step}" data-n="{n}" title="{html.escape(title)}" '
+            f'data-tip="{html.escape(title)}" style="background:{bg};color:{fg}">{html.escape(piece) or "&#8203;"}</span>'
         )
 
     @property
@@ -77,37 +97,66 @@ def legend_html(block: int) -> str:
             f'<span class="chip" style="background:{step_colour(s, n, block)[0]}"></span>' for s in (0, 1)
         )
         cells.append(f'<span class="leg">{chips}{n}</span>')
-    return ('<div class="legend">colour = forward pass (hues alternate per step); '
-            f'depth = tokens accepted in it: {"".join(cells)}; hover a token for step and confidence</div>')
+    return ('<div class="legend">Colour = the forward pass that produced the token (hues alternate); '
+            f'depth = tokens accepted in it: {"".join(cells)}. Hover or tap a token for its forward and '
+            'confidence.</div>')
 
 
-def counters(forwards: int, tokens: int, seconds: float) -> dict:
+def counters(forwards: int, tokens: int, seconds: float, elapsed: float = 0.0) -> dict:
+    """The one source of a side's figures: the panel and the speed gauge both render these.
+    tokens/s is over compute time (`seconds`, the side's own forwards, slow motion excluded);
+    `elapsed` is wall time since Generate, slow motion and the other side included."""
     return {
         "forwards": forwards,
         "tokens": tokens,
         "tokens_per_forward": tokens / forwards if forwards else 0.0,
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
         "seconds": seconds,
+        "elapsed": elapsed,
     }
 
 
+STATUS_TEXT = {"idle": "idle", "waiting": "waiting", "queued": "queued", "running": "running",
+               "done": "done: end of the answer", "limit": "stopped at the token limit",
+               "stopped": "stopped", "cancelled": "cancelled", "error": "error"}
+
+
 def panel_html(side: str, title: str, model_name: str, track: TokenTrack | None, stats: dict | None,
-               status: str, note: str = "") -> str:
-    """One side of the playground. `data-status` is "idle", "running", "done" or "stopped"."""
+               status: str, note: str = "", placeholder: str = "(press Generate)") -> str:
+    """One side of the playground. `data-status` is one of STATUS_TEXT's keys."""
     s = stats or counters(0, 0, 0.0)
-    body = "".join(track.spans) if track is not None else '<span class="muted">(press Generate)</span>'
+    body = "".join(track.spans) if track is not None else f'<span class="muted">{html.escape(placeholder)}</span>'
     block = track.block if track is not None else 1
     cnt = (f'<span class="cnt" data-k="forwards">forwards <b>{s["forwards"]}</b></span>'
            f'<span class="cnt" data-k="tokens">tokens <b>{s["tokens"]}</b></span>'
            f'<span class="cnt" data-k="tpf">tokens/forward <b>{s["tokens_per_forward"]:.2f}</b></span>'
            f'<span class="cnt" data-k="tps">tokens/s <b>{s["tokens_per_second"]:.1f}</b></span>'
-           f'<span class="cnt" data-k="wall">wall <b>{s["seconds"]:.2f} s</b></span>')
+           f'<span class="cnt" data-k="compute">compute <b>{s["seconds"]:.2f} s</b></span>'
+           f'<span class="cnt" data-k="elapsed">elapsed <b>{s["elapsed"]:.2f} s</b></span>')
     note_html = f'<div class="note">{html.escape(note)}</div>' if note else ""
     return (f'<div class="mars-panel" data-side="{side}" data-status="{status}">'
             f'<div class="head"><b>{html.escape(title)}</b> <span class="model">{html.escape(model_name)}</span>'
-            f' <span class="status">{status}</span></div>'
+            f' <span class="status">{STATUS_TEXT.get(status, status)}</span></div>'
             f'<div class="counters">{cnt}</div>{note_html}'
             f'<div class="text">{body}</div>{legend_html(block)}</div>')
+
+
+def speed_html(ar: dict | None, mars: dict | None) -> str:
+    """MARS and AR tokens/s as two bars and their ratio: the same dicts the panels show."""
+    ar, mars = ar or counters(0, 0, 0.0), mars or counters(0, 0, 0.0)
+    a, m = ar["tokens_per_second"], mars["tokens_per_second"]
+    top = max(a, m, 1e-9)
+    ratio = f"<b>{m / a:.2f}x</b>" if a > 0 and m > 0 else "–"
+
+    def bar(label, v, cls):
+        return (f'<div class="sp-row"><span class="sp-lbl">{label}</span><span class="sp-track">'
+                f'<span class="sp-bar {cls}" style="width:{100 * v / top:.1f}%"></span></span>'
+                f'<span class="sp-val" data-k="{cls}-tps">{v:.1f} tok/s</span></div>')
+
+    return (f'<div class="speed" data-ar="{a:.3f}" data-mars="{m:.3f}">'
+            f'<div class="sp-title">Speed-up of MARS over AR: <span data-k="speedup">{ratio}</span> '
+            '<span class="muted">(tokens per second of compute time, as in the panels; slow motion '
+            'excluded)</span></div>' + bar("MARS", m, "mars") + bar("AR", a, "ar") + '</div>')
 
 
 def steps_chart_html(accepted: list[int], taus: list[float], block: int, tau_max: float = 1.0) -> str:
@@ -128,8 +177,8 @@ def steps_chart_html(accepted: list[int], taus: list[float], block: int, tau_max
                     f'<title>step {i + 1}: {a} accepted, tau {taus[i]:g}</title></rect>')
     pts = " ".join(f"{pad + (i + 0.5) * bw:.2f},{h - pad - span * min(t / tau_max, 1.0):.2f}"
                    for i, t in enumerate(taus))
-    axis = "".join(f'<text x="2" y="{h - pad - span * k / top + 3:.1f}" font-size="9">{k}</text>'
-                   for k in range(0, top + 1))
+    ticks = sorted({0, top // 2, top}) if top > 4 else range(0, top + 1)  # no overlapping labels at B = 16
+    axis = "".join(f'<text x="2" y="{h - pad - span * k / top + 3:.1f}" font-size="10">{k}</text>' for k in ticks)
     return (f'<div class="steps-chart"><div class="muted">MARS: tokens accepted per forward (bars, 0-{top}) '
             f'and tau (red line, 0-{tau_max:g}) over the generation</div>'
             f'<svg viewBox="0 0 {w} {h}" width="100%" height="{h}" preserveAspectRatio="none">{axis}{"".join(bars)}'
@@ -161,23 +210,3 @@ def compare_html(ar_text: str, mars_text: str, ar_ids: list[int] | None = None,
     ctx = lambda t: html.escape(t[max(0, i - 20):i]) + "<mark>" + html.escape(t[i:i + 20] or "(end)") + "</mark>"
     return (f'<div class="compare" data-agree="0">≠ The outputs first differ at character {i + 1}{tok}:'
             f'<br>AR: …{ctx(ar_text)}<br>MARS: …{ctx(mars_text)}</div>')
-
-
-CSS = """
-.mars-panel {font-size: 14px;}
-.mars-panel .head {margin-bottom: 4px;}
-.mars-panel .model {color: #666; font-family: monospace;}
-.mars-panel .status {float: right; font-size: 12px; padding: 1px 6px; border-radius: 8px; background: #eee; color: #333;}
-.mars-panel[data-status=running] .status {background: #fde68a;}
-.mars-panel[data-status=done] .status {background: #bbf7d0;}
-.mars-panel .counters {display: flex; flex-wrap: wrap; gap: 10px; font-size: 12px; margin-bottom: 6px;}
-.mars-panel .text {white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-all; font-family: monospace; line-height: 1.6; min-height: 140px;
-  max-height: 420px; overflow-y: auto; border: 1px solid #ddd; border-radius: 6px; padding: 6px; background: #fff; color: #111;}
-.mars-panel .tok {border-radius: 3px; padding: 0 1px;}
-.mars-panel .note {font-size: 12px; color: #a15c00;}
-.legend {font-size: 11px; color: #666; margin-top: 4px;}
-.legend .leg {margin: 0 4px;}
-.legend .chip {display: inline-block; width: 10px; height: 10px; margin-right: 1px; border: 1px solid #999;}
-.muted {color: #777; font-size: 12px;}
-.compare {font-size: 14px; padding: 4px;}
-"""

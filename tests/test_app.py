@@ -1,86 +1,34 @@
-"""The Gradio playground: every handler called directly, then the named API through gradio_client
-against a launched app. Tiny random models saved to a temp folder; CPU only, nothing downloaded."""
+"""The playground tab's handlers called directly, as Gradio calls them (the other tabs:
+test_app_tabs.py; the API through gradio_client: test_app_api.py; the browser: test_app_browser.py)."""
 from __future__ import annotations
 
+import html
 import json
-import os
 import re
-import socket
-import sys
 
+import gradio as gr
 import pytest
 import torch
 
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import app
+from app_fixtures import OUT, PROMPT, ROOT, Tabs, demo, figure, pair, pg, run_ui, spans  # noqa: F401
+from mars_core.acceptance import passes
+from playground import render
+from playground.duel import AR_SIDES, Step
+from playground.errors import guard
+from playground.replay import decisions
+from playground.session import Session
 
-import gradio as gr  # noqa: E402
-
-import app  # noqa: E402
-from conftest import make_model, make_tokenizer  # noqa: E402
-from mars_core import mars_training_mask  # noqa: E402
-from playground import render  # noqa: E402
-from playground.models import display_name, scrub  # noqa: E402
-
-PROMPT = "What is 24 * 3?"
-EVAL = {"n": 3, "seed": 0, "split": "eval", "runs": [
-    {"model": "ar-baseline", "mode": "ar", "tau": 0.95, "block_size": 1, "accuracy": 0.2,
-     "accuracy_by_family": {}, "tokens_per_forward": 1.0, "tokens_per_second": 100.0},
-    {"model": "mars", "mode": "mars", "tau": 0.9, "block_size": 4, "accuracy": 0.3,
-     "accuracy_by_family": {}, "tokens_per_forward": 1.8, "tokens_per_second": 170.0, "matches_ar": 0.5},
-]}
+PUBLIC = {"generate", "generate_stream", "frontier", "batch", "mask", "window", "load_models"}
 
 
-def save_pair(root) -> tuple[str, str]:
-    """A confident MARS stand-in (LM head x30: tau=1 gives 1 token/step, tau=0 gives B) and a plain AR."""
-    tok = make_tokenizer()
-    paths = []
-    for name, seed, scale in (("fixture-mars", 1, 30.0), ("fixture-ar", 0, 1.0)):
-        m = make_model("qwen2", len(tok), seed=seed, head_scale=scale)
-        m.generation_config.eos_token_id = tok.eos_token_id
-        path = os.path.join(root, name)
-        m.save_pretrained(path)
-        tok.save_pretrained(path)
-        paths.append(path)
-    with open(os.path.join(paths[0], "eval.json"), "w") as f:
-        json.dump(EVAL, f)
-    return paths[0], paths[1]
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    torch.set_num_threads(1)
-    return save_pair(str(tmp_path_factory.mktemp("models")))
-
-
-@pytest.fixture(scope="module")
-def demo(pair):
-    torch.set_num_threads(1)
-    return app.build_app(*pair, max_new_tokens_cap=256, max_seconds=60, frontier_max_n=8, batch_max=4)
-
-
-@pytest.fixture
-def pg(demo):
-    return demo.playground
-
-
-def run_ui(pg, session=None, prompt=PROMPT, tau=0.9, block=4, metric="probability", temperature=0.0, seed=0,
-           max_new=40, cache="sliding", ar_side=app.AR_SIDES[0]):
-    session = session or app.Session()
-    return list(app.guard(pg.ui_generate)(prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side,
-                                          session))
-
-
-def spans(html_text: str) -> list[tuple[int, int]]:
-    return [(int(s), int(n)) for s, n in re.findall(r'class="tok" data-step="(\d+)" data-n="(\d+)"', html_text)]
-
-
-# ---- building and the playground handler -------------------------------------------------------
-
-def test_build_has_named_endpoints_and_queue_limits(demo):
-    names = {d.api_name for d in demo.fns.values()}
-    assert {"generate", "generate_stream", "frontier", "batch", "mask", "load_models"} <= names
+def test_build_named_public_endpoints_and_queue_limits(demo):
+    info = demo.get_api_info()
+    assert {n.strip("/") for n in info["named_endpoints"]} == PUBLIC  # no /Session, no other no-op
+    assert not info.get("unnamed_endpoints")
+    for name, ep in info["named_endpoints"].items():
+        labels = [r.get("label") for r in ep["returns"]]
+        assert all(lab and not re.fullmatch(r"\d+(st|nd|rd|th)|value_\d+", lab) for lab in labels), (name, labels)
     assert demo._queue.max_size == 16
     gen = next(d for d in demo.fns.values() if d.api_name == "generate_stream")
     assert gen.concurrency_limit == 2
@@ -88,95 +36,195 @@ def test_build_has_named_endpoints_and_queue_limits(demo):
     assert "fixture-mars" in cfg and ROOT not in cfg and "/tmp/" not in cfg  # names, never server paths
 
 
+def test_limits_come_from_the_model_context(pg):
+    assert pg.core.context() == 512
+    assert pg.core.max_new_cap() == 256  # half the context: the default (256) fits every example
+    with pytest.raises(gr.Error) as e:
+        run_ui(pg, max_new=257)
+    assert "max new tokens must be between 1 and 256" in e.value.message
+
+
 def test_generate_streams_both_panels(pg):
     outs = run_ui(pg, tau=0.5, max_new=30)
     assert len(outs) >= 2
-    ar_html, mars_html, gauge, steps, cmp = outs[-1]
-    assert 'data-status="done"' in ar_html and 'data-status="done"' in mars_html
-    ar_spans, mars_spans = spans(ar_html), spans(mars_html)
+    last = outs[-1]
+    assert 'data-status="limit"' in last["ar"] and "stopped at the token limit" in last["mars"]
+    assert "token limit (30 tokens)" in last["status"]
+    ar_spans, mars_spans = spans(last["ar"]), spans(last["mars"])
     assert sum(n for _, n in ar_spans) == 30 and all(n == 1 for _, n in ar_spans)
     assert sum(n for _, n in mars_spans) == 30 and len(mars_spans) < 30  # several tokens per forward
-    assert 'title="step 1:' in mars_html and "confidence" in mars_html and "legend" in mars_html
-    for key in ("forwards", "tokens/forward", "tokens/s", "wall"):
-        assert key in mars_html
-    assert gauge.data[0].type == "indicator" and gauge.data[0].value > 0
-    assert 'class="bar"' in steps
-    assert "compare" in cmp and "data-agree" in cmp
-    assert "fixture-ar" in ar_html and "fixture-mars" in mars_html
+    assert 'data-tip="forward 1:' in last["mars"] and "confidence" in last["mars"] and "legend" in last["mars"]
+    for key in ("forwards", "tokens/forward", "tokens/s", "compute", "elapsed"):
+        assert key in last["mars"]
+    assert 'class="bar"' in last["steps"] and "data-agree" in last["compare"]
+    assert "fixture-ar" in last["ar"] and "fixture-mars" in last["mars"]
+
+
+def test_panels_and_speed_gauge_show_the_same_figures_at_every_update(pg):
+    outs = run_ui(pg, tau=0.5, max_new=60)
+    assert len(outs) >= 3
+    for o in outs:
+        mars_tps, ar_tps = figure(o["mars"], "tps"), figure(o["ar"], "tps")
+        assert figure(o["speed"], "mars-tps") == pytest.approx(mars_tps, abs=0.051)
+        assert figure(o["speed"], "ar-tps") == pytest.approx(ar_tps, abs=0.051)
+        assert figure(o["mars"], "compute") <= figure(o["mars"], "elapsed") + 0.006
+
+
+def test_slow_motion_is_applied_to_both_sides_and_left_out_of_tokens_per_second(pg):
+    last = run_ui(pg, tau=0.0, max_new=12, slow_ms=100)[-1]  # AR: 12 forwards, MARS: 3
+    assert figure(last["ar"], "elapsed") >= 12 * 0.1 and figure(last["mars"], "elapsed") >= 3 * 0.1
+    assert figure(last["ar"], "elapsed") > figure(last["mars"], "elapsed")  # one timeline: MARS ends first
+    for side in ("ar", "mars"):
+        compute = figure(last[side], "compute")
+        assert compute < figure(last[side], "elapsed")
+        seconds_behind_tps = figure(last[side], "tokens") / figure(last[side], "tps")
+        assert seconds_behind_tps == pytest.approx(compute, abs=0.006)  # tokens/s is over compute time
 
 
 def test_tau_one_on_the_mars_model_agrees_with_ar(pg):
-    outs = run_ui(pg, tau=1.0, ar_side=app.AR_SIDES[1], max_new=25)
-    ar_html, mars_html, _, _, cmp = outs[-1]
-    assert 'data-agree="1"' in cmp
-    assert all(n == 1 for _, n in spans(mars_html))
-    assert "(1 token/step)" in ar_html
+    last = run_ui(pg, tau=1.0, ar_side=AR_SIDES[1], max_new=25)[-1]
+    assert 'data-agree="1"' in last["compare"]
+    assert all(n == 1 for _, n in spans(last["mars"]))
+    assert "(1 token/step)" in last["ar"]
 
 
 def test_live_tau_changes_the_same_generation(pg):
-    session = app.Session()
-    gen = app.guard(pg.ui_generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 120, "sliding", app.AR_SIDES[1], session)
+    session = Session()
+    gen = guard(pg.playground.generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 120, "sliding", AR_SIDES[1], 0,
+                                        session)
     first = next(gen)
     assert session.mars_control is not None and session.mars_control.tau == 1.0
-    other = app.Session()
-    pg.set_tau(0.0, "probability", other)  # another session's slider: no effect
+    pg.playground.set_tau(0.0, "probability", Session())  # another session's slider: no effect
     assert session.mars_control.tau == 1.0
-    pg.set_tau(0.0, "probability", session)
+    pg.playground.set_tau(0.0, "probability", session)
     assert session.mars_control.tau == 0.0
     outs = [first] + list(gen)
     acc = session.last_accepted
     assert acc[0] == 1 and acc[-2] == 4 and max(acc) == 4
-    assert session.mars_control is None  # released when done
-    assert 'data-n="4"' in outs[-1][1]
+    assert session.mars_control is None and session.duel is None  # released when done
+    assert 'data-n="4"' in outs[-1][OUT.index("mars")]
 
 
-def test_stop_ends_the_generation(pg):
-    session = app.Session()
-    gen = app.guard(pg.ui_generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 200, "sliding", app.AR_SIDES[0], session)
+def test_stop_ends_a_running_generation_and_cancels_a_queued_one(pg):
+    session = Session()
+    out = pg.playground.stop(session)  # nothing running yet: the queued job is cancelled (by Gradio)
+    assert "Cancelled" in out[0] and out[-1]["interactive"] is False
+    gen = guard(pg.playground.generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 200, "sliding", AR_SIDES[0], 0,
+                                        session)
     next(gen)
-    pg.stop(session)
-    last = list(gen)[-1]
-    assert 'data-status="stopped"' in last[0] and 'data-status="stopped"' in last[1]
-    assert sum(n for _, n in spans(last[1])) < 200
+    out = dict(zip(OUT, pg.playground.stop(session)))
+    assert 'data-status="stopped"' in out["ar"] and 'data-status="stopped"' in out["mars"]
+    assert "Stopped" in out["status"] and sum(n for _, n in spans(out["mars"])) < 200
+    assert session.duel is None and session.last_mars is not None
+    gen.close()
 
 
 def test_time_limit_stops_long_jobs(pair):
-    small = app.build_app(*pair, max_seconds=0.0)
-    outs = run_ui(small.playground, tau=1.0, max_new=200)
-    assert "time limit" in outs[-1][1] or "limit" in outs[-1][1]
-    assert sum(n for _, n in spans(outs[-1][1])) < 200
+    small = Tabs(app.build_app(*pair, max_seconds=0.0))
+    last = run_ui(small, tau=1.0, max_new=200)[-1]
+    assert "s limit" in last["mars"]
+    assert sum(n for _, n in spans(last["mars"])) < 200
 
 
-@pytest.mark.parametrize("metric,cache", [("entropy", "none"), ("margin", "block")])
+@pytest.mark.parametrize("metric,cache", [("entropy", "none"), ("margin", "block"), ("probability", "cursor")])
 def test_metrics_and_caches(pg, metric, cache):
     tau = 0.3 if metric == "entropy" else 0.5
-    outs = run_ui(pg, tau=tau, metric=metric, cache=cache, max_new=16, temperature=0.7, seed=3)
-    assert 'data-status="done"' in outs[-1][1]
+    last = run_ui(pg, tau=tau, metric=metric, cache=cache, max_new=16, temperature=0.7, seed=3)[-1]
+    assert 'data-status="limit"' in last["mars"] and 'data-steps="' in last["replay"]
+
+
+def test_replay_shows_every_prediction_with_its_decision(pg):
+    session = Session()
+    last = run_ui(pg, session=session, tau=0.6, max_new=40)[-1]
+    side = session.last_mars
+    n = len(side.steps)
+    assert last["replay_step"]["maximum"] == n and last["replay_step"]["interactive"]
+    assert sum(s.accepted for s in side.steps) == 40
+    rejected_seen = False
+    for k in range(1, n + 1):
+        view = pg.playground.replay(k, session)
+        step = side.steps[k - 1]
+        marks = re.findall(r'data-mark="(\w+)"', view)
+        assert len(marks) == 4 and marks[:step.accepted] == ["accepted"] * step.accepted
+        assert f"Forward {k} of {n}" in view and view.count("[MASK]") == 3
+        rejected_seen |= "rejected" in marks
+        for tid, c in zip(step.proposed, step.confidences):
+            assert f"{c:.3f}" in view
+    assert rejected_seen
+    # the "In:" line of forward k is the text of the forwards before it
+    k = 5
+    before = side.loaded.tokenizer.decode(side.track.ids[:side.steps[k - 1].start], skip_special_tokens=True)
+    assert html.escape(before[-20:]) in pg.playground.replay(k, session)
+    up, view = pg.playground.replay_move(n, 1, session)
+    assert up["value"] == n and f"Forward {n} of {n}" in view  # clamped at the end
+    assert "Generate something first" in pg.playground.replay(1, Session())
+
+
+@pytest.mark.parametrize("metric,tau,confs,accepted,finished,expect", [
+    ("probability", 0.9, [0.5, 0.3, 0.99, 0.2], 1, False, ["accepted", "rejected", "rejected", "rejected"]),
+    ("probability", 0.9, [0.99, 0.95, 0.5, 0.99], 2, False, ["accepted", "accepted", "rejected", "rejected"]),
+    ("probability", 0.9, [0.99, 0.95, 0.99, 0.99], 2, True, ["accepted", "accepted", "end", "rejected"]),
+    ("entropy", 0.5, [0.1, 0.2, 0.9, 0.1], 2, False, ["accepted", "accepted", "rejected", "rejected"]),
+])
+def test_decisions_follow_the_acceptance_rule(metric, tau, confs, accepted, finished, expect):
+    step = Step(0, [1, 2, 3, 4], confs, accepted, tau, finished)
+    got = decisions(step, metric)
+    assert [m for m, _ in got] == expect
+    ok = passes(torch.tensor(confs), tau, metric).tolist()
+    for (mark, why), good in zip(got, ok):
+        if mark == "rejected" and "not confident" in why:
+            assert not good
+    if not ok[0]:
+        assert "always taken" in got[0][1]
 
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(prompt="   "), "prompt is empty"),
-    (dict(prompt="word " * 700), "positions but the model has 512"),
-    (dict(prompt="x" * 20001), "the limit is 20000"),
+    (dict(prompt="word " * 700), "the limit is 2,048"),
+    (dict(prompt="word " * 400), "a prompt may have at most"),
     (dict(max_new=10_000), "max new tokens must be between 1 and 256"),
-    (dict(tau=1.5), "tau must be between"),
-    (dict(tau=float("nan")), "tau must be between"),
+    (dict(tau=1.5), "tau for the probability metric must be in [0, 1]"),
+    (dict(tau=float("nan")), "tau must be a finite number"),
     (dict(block=0), "block size must be between"),
-    (dict(block=2.5), "block size must be an integer"),
-    (dict(metric="bogus"), "metric must be one of"),
-    (dict(cache="bogus"), "cache must be one of"),
+    (dict(block=2.5), "block size must be a whole number"),
+    (dict(metric="bogus"), "unknown metric 'bogus'"),
+    (dict(cache="bogus"), "unknown cache mode 'bogus'"),
     (dict(temperature=-1), "temperature must be between"),
     (dict(seed=-3), "seed must be between"),
     (dict(ar_side="bogus"), "ar_side must be one of"),
+    (dict(slow_ms=10_000), "slow motion (ms per forward) must be between 0 and 500"),
 ])
-def test_bad_input_is_a_clear_error(pg, kwargs, message):
+def test_bad_input_is_a_clear_error_next_to_the_panels(pg, kwargs, message):
+    session = Session()
+    gen = guard(pg.playground.generate)(*[kwargs.get(k, v) for k, v in (
+        ("prompt", PROMPT), ("tau", 0.9), ("block", 4), ("metric", "probability"), ("temperature", 0.0),
+        ("seed", 0), ("max_new", 40), ("cache", "sliding"), ("ar_side", AR_SIDES[0]), ("slow_ms", 0))], session)
+    first = next(gen)
+    assert 'data-kind="error"' in first[0] and message in html.unescape(first[0])
     with pytest.raises(gr.Error) as e:
-        run_ui(pg, **kwargs)
-    assert message in str(e.value.message) and "Traceback" not in str(e.value.message)
+        next(gen)
+    assert message in html.unescape(e.value.message) and "Traceback" not in e.value.message
+
+
+def test_markup_in_input_comes_back_as_text(pg):
+    payload = '<img src=x onerror="alert(1)"><b>bold</b>'
+    with pytest.raises(gr.Error) as e:
+        run_ui(pg, metric=payload)
+    assert "<img" not in e.value.message and "&lt;img" in e.value.message
+    assert len(e.value.message) < 300
+    with pytest.raises(gr.Error) as e:
+        run_ui(pg, tau="x" * 5000)
+    assert len(e.value.message) < 300  # no 5,000-character echo
+
+
+def test_prompt_info_counts_tokens_against_the_context(pg):
+    info = pg.playground.prompt_info(PROMPT, 40, 4, Session())
+    assert re.search(r"Prompt: \d+ of 468 tokens", info) and 'data-kind="info"' in info
+    assert 'data-kind="error"' in pg.playground.prompt_info("word " * 400, 256, 4, Session())
 
 
 def test_api_generate_returns_texts_steps_and_stats(pg):
-    out = app.guard(pg.api_generate)(PROMPT, tau=0.5, block_size=4, max_new_tokens=20)
+    out = guard(pg.playground.api_generate)(PROMPT, tau=0.5, block_size=4, max_new_tokens=20)
     for side in ("ar", "mars"):
         s = out[side]
         assert isinstance(s["text"], str) and sum(s["accepted_per_step"]) == 20
@@ -184,179 +232,34 @@ def test_api_generate_returns_texts_steps_and_stats(pg):
     assert out["mars"]["stats"]["tokens_per_forward"] > 1
     assert isinstance(out["agree"], bool) and out["speedup"] > 0
     with pytest.raises(gr.Error):
-        app.guard(pg.api_generate)("", tau=0.5)
+        guard(pg.playground.api_generate)("", tau=0.5)
 
 
-# ---- the other tabs -----------------------------------------------------------------------------
+def test_scope_text_says_what_the_model_is(demo, pair, tmp_path):
+    from playground.models import Loaded
+    from playground.scope import scope_html
 
-def test_frontier_initial_and_run(pg, pair, tmp_path):
-    fig, note = pg.frontier_initial()
-    assert len(fig.data) >= 2 and "fixture-mars" in note and "3 held-out" in note
-    calls = []
-    fig, note = app.guard(pg.frontier_run)(2, "1.0, 0.0", 4, 16, app.Session(),
-                                           progress=lambda *a, **k: calls.append(a))
-    assert len(calls) >= 4 and "| ar-baseline | ar |" in note and "| mars | mars | 4 | 0.0 |" in note
-    assert {tr.name for tr in fig.data} >= {"ar-baseline AR", "mars AR", "mars MARS B=4"}
-    with pytest.raises(gr.Error):
-        app.guard(pg.frontier_run)(9999, "1.0", 4, 16, app.Session(), progress=lambda *a, **k: None)
-    with pytest.raises(gr.Error):
-        app.guard(pg.frontier_run)(2, "1.0, x", 4, 16, app.Session(), progress=lambda *a, **k: None)
-
-
-def test_frontier_without_eval_json_says_so(pair):
-    import playground.models as pm
-    store = pm.ModelStore()
-    p = app.Playground(pair[1], None, store=store)
-    fig, note = p.frontier_initial()
-    assert "no precomputed sweep" in note
-    assert "eval.json" in fig.layout.annotations[0].text
-
-
-@pytest.mark.parametrize("cache", ["none", "sliding", "block"])
-def test_batch_timeline(pg, cache):
-    summary, fig = app.guard(pg.batch_run)(3, cache, 8, 0.0, 4, 16, app.Session())
-    assert "Speed-up of MARS over AR" in summary and "| AR (KV cache) |" in summary
-    z = fig.data[0].z
-    assert len(z) == 3 and all(sum(row) == 16 for row in z)
-    with pytest.raises(gr.Error):
-        app.guard(pg.batch_run)(99, cache, 8, 0.0, 4, 16, app.Session())
-
-
-def test_idle_slots_counts_waits_not_finish():
-    assert app._idle_slots([[2, 1], [0, 1], [1, 0], [0, 0]]) == 1
-
-
-def test_mask_plot_is_the_library_mask(pg):
-    fig = pg.mask_plot(8, 4)
-    assert fig.data[0].z == tuple(tuple(r) for r in mars_training_mask(8, 4).int().tolist()) or \
-        [list(r) for r in fig.data[0].z] == mars_training_mask(8, 4).int().tolist()
-    assert app._mask_api(pg)(4, 2) == mars_training_mask(4, 2).int().tolist()
-    with pytest.raises(gr.Error):
-        app.guard(pg.mask_plot)(0, 4)
-
-
-def test_window_plot_of_last_generation(pg):
-    session = app.Session()
-    fig = pg.window_plot(session)
-    assert "Generate something" in fig.layout.annotations[0].text
-    run_ui(pg, session=session, tau=0.0, max_new=12)
-    fig = pg.window_plot(session)
-    assert len(fig.data[0].z) == 3  # 12 tokens, 4 per forward
-
-
-# ---- models ---------------------------------------------------------------------------------------
-
-def test_model_picker_per_session(pg, pair):
-    session = app.Session()
-    status, fig, note, block = app.guard(pg.load_models)("custom", pair[1], "", "none", session)
-    assert "fixture-ar" in status and "(none" in status and pair[1] not in status
-    assert "no precomputed sweep" in note
-    other = app.Session()
-    assert pg.models_for(other)[0].name == "fixture-mars"  # others keep the defaults
-    outs = run_ui(pg, session=session, max_new=8)
-    assert "fixture-ar" in outs[-1][1]
-    status, *_ = app.guard(pg.load_models)("bundled", "", "", "none", session)
-    assert "fixture-mars" in status
-
-
-def test_model_load_failure_is_clear_and_pathless(pg, tmp_path):
-    bad = str(tmp_path / "secret" / "nowhere")
-    with pytest.raises(gr.Error) as e:
-        app.guard(pg.load_models)("custom", bad, "", "none", app.Session())
-    msg = e.value.message
-    assert "does not exist" in msg and str(tmp_path) not in msg and "nowhere" in msg
-    with pytest.raises(gr.Error) as e:
-        app.guard(pg.load_models)("custom", "", "", "none", app.Session())
-    assert "give the MARS model" in e.value.message
-    with pytest.raises(gr.Error):
-        app.guard(pg.load_models)("custom", "x", "", "16bit", app.Session())
-
-
-def test_names_and_scrub():
-    assert display_name("/srv/data/models/tiny-mars-b4/") == "tiny-mars-b4"
-    assert display_name("Xalphinions/MARS-Qwen2.5-0.5B-blk4") == "Xalphinions/MARS-Qwen2.5-0.5B-blk4"
-    assert scrub("could not load folder '/srv/a/b/m1': x", ["/srv/a/b/m1"]) == "could not load folder 'm1': x"
-    assert "/home/u" not in scrub("error at /home/u/x/y.py line 3")
-
-
-def test_env_vars_choose_models(monkeypatch, pair):
-    monkeypatch.setenv("MARS_MODEL", pair[0])
-    monkeypatch.setenv("AR_MODEL", "")
-    assert app.resolve_defaults() == (pair[0], None)
-    monkeypatch.setenv("AR_MODEL", pair[1])
-    assert app.resolve_defaults() == (pair[0], pair[1])
-    assert app.resolve_defaults("x", "") == ("x", None)
-
-
-def test_main_without_bundled_models_exits_2(monkeypatch, capsys, tmp_path):
-    monkeypatch.delenv("MARS_MODEL", raising=False)
-    monkeypatch.setattr(app, "BUNDLED_MARS", str(tmp_path / "missing"))
-    assert app.main([]) == 2
-    err = capsys.readouterr().err
-    assert "bundled default models are not built yet" in err and "Traceback" not in err
-    assert app.main([str(tmp_path / "nope")]) == 2
-    assert "error:" in capsys.readouterr().err
-
-
-def test_gpu_decorator_is_a_noop_without_spaces():
-    if "spaces" in sys.modules:
-        pytest.skip("spaces installed")
-    f = lambda: 1  # noqa: E731
-    assert app.GPU(f) is f and app.GPU(duration=10)(f) is f
+    cfg = json.dumps(demo.get_config_file(), default=str)
+    assert "About this model" in cfg and "fixture-mars" in cfg
+    mars = demo.core.mars
+    assert "does not record its training data" in scope_html(mars, demo.core.ar)
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "training_config.json").write_text(json.dumps({"args": {"data": "synthetic"}}))
+    synthetic = Loaded(mars.model, mars.tokenizer, str(folder), "none", "tiny")
+    text = scope_html(synthetic, None)
+    for word in ("arithmetic", "unit conversion", "lists", "nonsense by design", "M-parameter", "held-out"):
+        assert word in text
 
 
 def test_render_handles_split_characters():
+    from conftest import make_tokenizer
+
     tok = make_tokenizer()
     ids = tok("é ü 😀", add_special_tokens=False)["input_ids"]
     track = render.TokenTrack(tok, 4)
     for i, t in enumerate(ids):
         track.add(i, [t], [0.5], 0.9)
     text = "".join(re.sub(r"<[^>]+>", "", s) for s in track.spans).replace("&#8203;", "")
-    import html as h
-    assert h.unescape(text) == "é ü 😀" == track.text
+    assert html.unescape(text) == "é ü 😀" == track.text
     assert render.first_difference("abc", "abd") == 2 and render.first_difference("a", "a") is None
-
-
-# ---- through gradio_client against a launched app -------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(demo):
-    port = free_port()
-    app.launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
-
-
-def test_client_generate(server):
-    from gradio_client import Client
-
-    client = Client(server, verbose=False)
-    out = client.predict(PROMPT, 0.0, 4, "probability", 0.0, 0, 16, "sliding", app.AR_SIDES[0], api_name="/generate")
-    assert out["mars"]["accepted_per_step"] == [4, 4, 4, 4]
-    assert out["ar"]["stats"]["tokens"] == 16 and out["mars"]["stats"]["tokens_per_forward"] == 4.0
-    out = client.predict(prompt=PROMPT, tau=1.0, ar_side=app.AR_SIDES[1], max_new_tokens=12, api_name="/generate")
-    assert out["agree"] is True and out["first_difference"] is None
-    mask = client.predict(4, 2, api_name="/mask")
-    assert mask == mars_training_mask(4, 2).int().tolist()
-
-
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(prompt=""), "prompt is empty"),
-    (dict(prompt=PROMPT, max_new_tokens=100_000), "max new tokens must be between"),
-    (dict(prompt=PROMPT, tau=-0.5), "tau must be between"),
-    (dict(prompt=PROMPT, block_size=999), "block size must be between"),
-    (dict(prompt=PROMPT, metric="nope"), "metric must be one of"),
-])
-def test_client_bad_input(server, kwargs, message):
-    from gradio_client import Client
-
-    client = Client(server, verbose=False)
-    with pytest.raises(Exception) as e:
-        client.predict(api_name="/generate", **kwargs)
-    assert message in str(e.value) and "Traceback" not in str(e.value)

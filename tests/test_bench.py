@@ -4,7 +4,7 @@ import json
 import pytest
 
 from conftest import make_model, make_tokenizer
-from benchmarks import bench
+from benchmarks import bench, methods
 
 FAST = "hf-generate,ar,ar-cursor,hf-prompt-lookup,mars-nocache,mars-sliding,mars-block,mars-cursor"
 
@@ -49,20 +49,20 @@ def test_bench_end_to_end(models, tmp_path, capsys):
         assert r["same_as_ref"] == 1.0, r["method"]
     for b in (1, 2):
         base = [r for r in runs if r["batch_size"] == b and r["method"] == r["baseline"]]
-        assert len(base) == 1 and base[0]["method"] in bench.AR_BASELINES and base[0]["speedup"] == 1.0
+        assert len(base) == 1 and base[0]["method"] in methods.ar_baselines() and base[0]["speedup"] == 1.0
     assert result["environment"]["threads"] == 1 and result["n_prompts"] == 3
     assert any("tokens/s" in n for n in result["notes"])
 
 
 def test_failing_optional_method_is_reported_not_fatal(models, tmp_path, monkeypatch):
-    real = bench._hf_batch
+    real = methods._hf_batch
 
     def broken(model, ids, pad_id, stop, max_new, **kw):
         if "cache_implementation" in kw:
             raise RuntimeError("no compiler here")
         return real(model, ids, pad_id, stop, max_new, **kw)
 
-    monkeypatch.setattr(bench, "_hf_batch", broken)
+    monkeypatch.setattr(methods, "_hf_batch", broken)
     assert bench.main(args(models, tmp_path, "--methods", "hf-generate,ar-static-compile", "--batch-sizes", "1")) == 0
     runs = {r["method"]: r for r in json.loads((tmp_path / "bench.json").read_text())["runs"]}
     assert runs["hf-generate"]["status"] == "ok"
@@ -101,6 +101,20 @@ def test_missing_model_and_bad_prompts_exit_2(models, tmp_path, capsys):
     bad.write_text("not json\n")
     assert bench.main(args(models, tmp_path, "--prompts", str(bad), "--methods", "ar")) == 2
     assert "JSONL" in capsys.readouterr().err
+
+
+def test_prompt_too_long_for_the_model_exits_2(models, tmp_path, capsys):
+    from mars_core.loading import load_tokenizer
+    from mars_core.prompts import encode_prompt
+    from tasks.synthetic import make_examples
+
+    # 512 positions: the prompt + the new tokens + the AR step's 1 fit exactly; a MARS block of 4 does not
+    prompt = make_examples(1, 0, "eval")[0]["messages"][0]["content"]
+    new = 512 - len(encode_prompt(load_tokenizer(models["ar"]), prompt)) - 1
+    one = ["--n", "1", "--batch-sizes", "1", "--repeats", "1", "--max-new-tokens", str(new)]
+    assert bench.main(args(models, tmp_path, "--methods", "ar", *one)) == 0
+    assert bench.main(args(models, tmp_path, "--methods", "mars-cursor", *one)) == 2
+    assert "the mars model: prompt" in capsys.readouterr().err
 
 
 def test_mars_rows_accept_several_tokens_per_forward(models, tmp_path):

@@ -42,3 +42,13 @@ def test_evaluate_rejects_bad_input(model_dir, tmp_path, capsys):
     assert main(["--model", model_dir, "--taus", "1.5", "--n", "2", "--output", str(tmp_path)]) == 2
     with pytest.raises(SystemExit):
         main(["--model", model_dir, "--taus", "abc", "--output", str(tmp_path)])
+
+
+def test_evaluate_offers_every_cache_mode(model_dir, tmp_path):
+    from mars_core.config import CACHES
+
+    for cache in CACHES:  # `--cache cursor` was missing from the choices once
+        out = tmp_path / cache
+        assert main(["--model", model_dir, "--n", "2", "--taus", "0.5", "--max-new-tokens", "4",
+                     "--cache", cache, "--output", str(out)]) == 0
+        assert {r["cache"] for r in json.loads((out / "eval.json").read_text())["runs"]} == {cache}

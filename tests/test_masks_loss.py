@@ -5,6 +5,7 @@ import torch
 from conftest import make_model
 from mars_core import mars_loss, mars_training_mask
 from mars_core.loss import IGNORE, mars_inputs
+from mars_core.masks import attention_of
 
 
 def brute_force_mask(n: int, B: int) -> torch.Tensor:
@@ -106,12 +107,69 @@ def test_loss_rejects_bad_input(model, tokenizer):
         mars_loss(model, ids, labels[:, :-1], block_size=4, mask_token_id=4)
 
 
-def test_eager_attention_would_ignore_a_boolean_mask(tokenizer):
-    """Why we force sdpa: under eager attention the boolean 4-D mask is added, not applied."""
-    m = make_model("qwen2", len(tokenizer))
+def _eager_and_sdpa(tokenizer):
+    eager = make_model("qwen2", len(tokenizer))
+    eager.set_attn_implementation("eager")
+    sdpa = make_model("qwen2", len(tokenizer))  # same seed: the same weights
+    assert attention_of(eager) == "eager" and attention_of(sdpa) == "sdpa"
+    return eager, sdpa
+
+
+def test_eager_attention_adds_a_boolean_mask_instead_of_applying_it(tokenizer):
+    """Why `mars_loss` converts the mask: eager attention adds the mask to the scores."""
+    eager, sdpa = _eager_and_sdpa(tokenizer)
     ids, labels = batch(tokenizer)
     x, mask, pos = mars_inputs(ids, labels, torch.ones_like(ids), 4, tokenizer.mask_token_id)
     with torch.no_grad():
-        sdpa = m(input_ids=x, attention_mask=mask, position_ids=pos).logits
-        plain = m(input_ids=ids).logits
-    torch.testing.assert_close(sdpa[:, ids.shape[1]:], plain, atol=1e-5, rtol=1e-5)
+        wrong = eager(input_ids=x, attention_mask=mask, position_ids=pos).logits
+        right = sdpa(input_ids=x, attention_mask=mask, position_ids=pos).logits
+    assert (wrong - right).abs().max() > 1e-2
+
+
+def test_mars_loss_is_the_same_under_eager_and_sdpa(tokenizer):
+    eager, sdpa = _eager_and_sdpa(tokenizer)
+    ids, labels = batch(tokenizer)
+    pad = torch.full((3, 4), tokenizer.pad_token_id)  # right padding too: masked keys must stay masked
+    ids, labels = torch.cat([ids, pad], 1), torch.cat([labels, torch.full_like(pad, IGNORE)], 1)
+    attn = torch.cat([torch.ones(3, 14, dtype=torch.long), torch.zeros_like(pad)], 1)
+    with torch.no_grad():
+        a = mars_loss(eager, ids, labels, attn, block_size=4, mask_token_id=tokenizer.mask_token_id)
+        b = mars_loss(sdpa, ids, labels, attn, block_size=4, mask_token_id=tokenizer.mask_token_id)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
+class Wrapped(torch.nn.Module):
+    """Like DistributedDataParallel: the model is `.module`, with no `config` of its own."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.module = model
+
+    def forward(self, **kwargs):
+        return self.module(**kwargs)
+
+
+def test_mars_loss_looks_through_a_wrapper(tokenizer):
+    eager, sdpa = _eager_and_sdpa(tokenizer)
+    ids, labels = batch(tokenizer)
+    with torch.no_grad():
+        a = mars_loss(Wrapped(eager), ids, labels, block_size=4, mask_token_id=tokenizer.mask_token_id)
+        b = mars_loss(sdpa, ids, labels, block_size=4, mask_token_id=tokenizer.mask_token_id)
+    torch.testing.assert_close(a.total, b.total, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_that_cannot_take_the_mask_is_refused(tokenizer):
+    m = make_model("qwen2", len(tokenizer))
+    m.config._attn_implementation = "flash_attention_2"  # no kernel needed: refused before any forward
+    ids, labels = batch(tokenizer)
+    with pytest.raises(ValueError, match="attn_implementation is 'flash_attention_2'"):
+        mars_loss(m, ids, labels, block_size=4, mask_token_id=tokenizer.mask_token_id)
+
+
+def test_decoders_refuse_eager_attention(tokenizer):
+    from mars_core import DecodeConfig, generate
+
+    eager, _ = _eager_and_sdpa(tokenizer)
+    with pytest.raises(ValueError, match="attn_implementation=\"sdpa\", the model has 'eager'"):
+        generate(eager, tokenizer, ["Hi", "Tom has 12 apples."], DecodeConfig(tau=0.5, max_new_tokens=4))

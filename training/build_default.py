@@ -22,10 +22,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from mars_core import DecodeConfig
-from training.evaluate import evaluate, summary_table, write_outputs
 from tasks.synthetic import make_examples
+from training.checkpoint import changed_options
+from training.evaluate import evaluate, summary_table, write_outputs
 from training.tokenizer import build_tokenizer, corpus_from_examples
-from training.train import TrainConfig, changed_options, train
+from training.train import train
+from training.train_config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -54,26 +56,8 @@ class Recipe:
 
     @staticmethod
     def full() -> "Recipe":
-        # Sized to 2 hours on this 2-core CPU (AR ~7,000 training tokens/s, MARS ~3,000): AR ~45 min,
-        # MARS ~32 min, the two ablations ~12.5 min each, evaluation ~6 min. A first try with 1,600 AR
-        # steps of 16 examples reached 5% accuracy: the model needs the longer schedule.
-        # ar_lr: a first build at 2e-3 reached only 44.8% held-out AR accuracy; the same AR stage at
-        # 1e-3 (same data order) reaches 84.0% (arithmetic 79%, lists 94%, units 89%), so 1e-3 it is.
-        # MARS stage, measured on that AR model (500 problems; tau = 1 / tau = 0.95 and its tokens
-        # per forward). 900 steps: lr 5e-4 with ar_weight 1 -> 75.2% / 75.0% at 3.29, ar_weight 3 ->
-        # 80.4% / 78.8% at 3.18; lr 2e-4 with ar_weight 1 -> 76.2% / 72.0% at 2.76, 2 -> 79.6% / 76.2%
-        # at 2.71, 4 -> 82.2% / 79.6% at 2.64, 8 -> 83.8% / 80.6% at 2.47; lr 3e-4 with ar_weight 8 ->
-        # 82.6% / 78.8% at 2.73. An AR-only re-warm at 5e-4 gives 81.2%: re-warming a converged
-        # model forgets by itself, and the SFT weight is what keeps the one-token accuracy.
-        # 1,500 steps: lr 2e-4 / ar_weight 8 -> 83.6% / 80.6% at 2.94, a 3.0-point drop that grew to
-        # 4.1 on 1,000 other problems (eval seed 1). lr 5e-4 / ar_weight 8 -> 86.0% / 84.2% at 3.37,
-        # and 86.0% / 84.2% at 3.34 on those 1,000 (AR model 82.4% there): a 1.8-point drop on both
-        # samples. With ar_weight 8 the higher lr no longer costs one-token accuracy, and the noisy
-        # half trains much further in the same steps. That is what we ship.
-        # The ablations run 600 steps, not 1,500: three 1,500-step MARS runs do not fit in 2 hours.
-        # At lr 5e-4 / 600 steps they measure 23.6% / 26.0% (B = 4) and 11.6% / 17.0% (B = 8); at
-        # lr 2e-4, 600 steps: 26.2% / 28.6% and 20.0% / 16.6%; 900 steps: 23.0% / 30.8% and
-        # 16.2% / 17.2%. The collapse without the SFT loss hinges on neither the lr nor the steps.
+        # Sized to a 2-hour build on a 2-core CPU. Each choice (AR lr and schedule, the MARS stage's
+        # lr and heavy ar_weight, 600-step ablations) and the runs behind it: docs/experiments.md.
         return Recipe(vocab_size=512, tokenizer_examples=20000, model_config="tiny", train_examples=150000,
                       max_length=320, batch_size=32, ar_steps=5000, ar_lr=1e-3, mars_steps=1500, mars_lr=5e-4,
                       ar_weight=8.0, block_size=4, ablation_block_sizes=(4, 8), ablation_steps=600, eval_n=500,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import Dataset
 
-IGNORE = -100
+from mars_core.loss import IGNORE  # the label no loss is taken on: one value for data and loss
 SYNTHETIC = "synthetic"
 ROLES_KEY, CONTENT_KEY = "role", "content"
 # Sort lengths inside shuffled groups of this many batches: little padding, still random.

@@ -16,10 +16,13 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, replace
+from typing import Callable
 
 import torch
 
 from mars_core import DecodeConfig, generate, load_model
+from mars_core.config import CACHES, METRICS
+from mars_core.lists import list_arg
 from tasks.synthetic import make_examples, score
 
 DEFAULT_TAUS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
@@ -53,14 +56,24 @@ def run_one(model, tok, examples: list[dict], cfg: DecodeConfig, batch_size: int
     }
 
 
-def sweep(model, tok, examples, taus, block_sizes, base: DecodeConfig, batch_size: int, label: str):
+def sweep(model, tok, examples, taus, block_sizes, base: DecodeConfig, batch_size: int, label: str,
+          before_run: Callable[[DecodeConfig], bool] | None = None):
     """AR, then MARS at each (block size, tau), on one model. Adds `matches_ar` per MARS run:
-    the fraction of problems whose output equals this model's own AR output token for token."""
-    ar = run_one(model, tok, examples, replace(base, mode="ar"), batch_size)
-    runs = [dict(ar, model=label)]
+    the fraction of problems whose output equals this model's own AR output token for token.
+    `before_run(config)` is called before every run; when it returns False the sweep ends there
+    (a caller's progress bar and time limit)."""
+    runs = []
+    ar_cfg = replace(base, mode="ar")
+    if before_run is not None and not before_run(ar_cfg):
+        return runs
+    ar = run_one(model, tok, examples, ar_cfg, batch_size)
+    runs.append(dict(ar, model=label))
     for B in block_sizes:
         for tau in taus:
-            r = run_one(model, tok, examples, replace(base, mode="mars", tau=tau, block_size=B), batch_size)
+            cfg = replace(base, mode="mars", tau=tau, block_size=B)
+            if before_run is not None and not before_run(cfg):
+                return runs
+            r = run_one(model, tok, examples, cfg, batch_size)
             r["matches_ar"] = sum(a == b for a, b in zip(r["_ids"], ar["_ids"])) / len(examples)
             runs.append(dict(r, model=label))
     return runs
@@ -144,20 +157,6 @@ def summary_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def parse_ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -165,10 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ar-model", help="AR baseline folder or hub id (AR only), for comparison")
     p.add_argument("--n", type=int, default=500, help="held-out synthetic problems (default 500)")
     p.add_argument("--seed", type=int, default=0, help="seed of the eval split (default 0)")
-    p.add_argument("--taus", type=parse_floats, default=DEFAULT_TAUS, help="comma-separated tau sweep")
-    p.add_argument("--block-sizes", type=parse_ints, default=(4,), help="comma-separated MARS block sizes")
-    p.add_argument("--metric", default="probability", choices=("probability", "entropy", "margin"))
-    p.add_argument("--cache", default="sliding", choices=("none", "sliding", "block"))
+    p.add_argument("--taus", type=list_arg(float), default=DEFAULT_TAUS, help="comma-separated tau sweep")
+    p.add_argument("--block-sizes", type=list_arg(int, minimum=1), default=(4,), help="comma-separated MARS block sizes")
+    p.add_argument("--metric", default="probability", choices=METRICS)
+    p.add_argument("--cache", default="sliding", choices=CACHES)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32, help="prompts decoded together")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")

@@ -34,7 +34,7 @@ def card(title: str, summary: str, recipe, summaries: dict, result: dict, ablati
     main_runs = [x for x in result["runs"] if x["mode"] == "ar" or x["tau"] in (1.0, 0.95)]
     steps_note = "" if r.ablation_steps == r.mars_steps else (
         f", but {r.mars_steps} steps instead of {r.ablation_steps}: three MARS runs of {r.mars_steps} steps "
-        "do not fit the 2-hour build (`Recipe.full()` lists a 900-step comparison)")
+        "do not fit the 2-hour build (docs/experiments.md lists a 900-step comparison)")
     return f"""---
 license: apache-2.0
 library_name: transformers

@@ -1,0 +1,80 @@
+"""What every tab shares: the app's limits, the model store with the default pair, and which
+models a session uses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import Catalog, Loaded, ModelStore
+from .session import Session, SessionRegistry
+
+
+@dataclass
+class AppOptions:
+    """Limits and knobs of one app instance (tests shrink them)."""
+
+    max_new_tokens_cap: int = 512  # also at most half the model's context (see Core.max_new_cap)
+    default_max_new_tokens: int = 256  # every held-out example needs fewer (the longest about 200)
+    max_block_size: int = 16
+    max_prompt_chars: int = 20000  # also at most 4 characters per context token (the token check is exact)
+    max_seconds: float = 120.0  # per generation / batch / sweep; then it stops with a notice
+    default_slow_ms: int = 50  # slow motion: a held-out example then takes a few seconds
+    max_slow_ms: int = 500
+    render_interval: float = 0.05  # seconds between UI updates while streaming
+    concurrency_limit: int = 2  # decodes running at once (all tabs share it)
+    max_queue: int = 16
+    frontier_max_n: int = 64
+    batch_max: int = 16
+    model_capacity: int = 2  # non-bundled models kept loaded
+    device: str | None = None
+    models_dir: str | None = None  # folder of models users may pick (default: $MARS_MODELS_DIR)
+    allow_hub: bool = True  # users may load hub ids (owner/name)
+
+
+class Core:
+    """The default models (pinned in the store) and the per-session model choice."""
+
+    def __init__(self, mars_source: str, ar_source: str | None, options: AppOptions | None = None,
+                 store: ModelStore | None = None, quantization: str = "none"):
+        self.opts = options or AppOptions()
+        self.store = store or ModelStore(self.opts.model_capacity, self.opts.device)
+        self.mars_source = mars_source
+        self.ar_source = ar_source or None
+        self.quantization = quantization
+        self.mars = self.store.get(mars_source, quantization, pin=True)
+        self.ar = self.store.get(ar_source, quantization, pin=True) if ar_source else None
+        self.default_block = self.mars.trained_block_size or 4
+        self.sessions = SessionRegistry()
+        self.catalog = Catalog([mars_source, self.ar_source], self.opts.models_dir, self.opts.allow_hub)
+        self._vocab_same: dict[tuple[int, int], bool] = {}
+
+    def models_for(self, session: Session | None) -> tuple[Loaded, Loaded | None]:
+        if session is None or session.mars_source is None:
+            return self.mars, self.ar
+        q = session.quantization
+        mars = self.store.get(session.mars_source, q)
+        ar = self.store.get(session.ar_source, q) if session.ar_source else None
+        return mars, ar
+
+    def context(self, session: Session | None = None) -> int:
+        """Positions the session's models read (the smaller of the pair; 4096 if unknown)."""
+        known = [m.context for m in self.models_for(session) if m is not None and m.context]
+        return min(known) if known else 4096
+
+    def max_new_cap(self, session: Session | None = None) -> int:
+        """The max-new-tokens limit: the app's cap, and at most half the context (room for a prompt)."""
+        return max(1, min(self.opts.max_new_tokens_cap, self.context(session) // 2))
+
+    def prompt_char_cap(self, session: Session | None = None) -> int:
+        return min(self.opts.max_prompt_chars, 4 * self.context(session))
+
+    def same_vocab(self, a: Loaded, b: Loaded) -> bool:
+        key = (id(a.tokenizer), id(b.tokenizer))
+        if key not in self._vocab_same:
+            self._vocab_same[key] = a.tokenizer is b.tokenizer or a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+        return self._vocab_same[key]
+
+    def model_status(self, session: Session | None = None) -> str:
+        mars, ar = self.models_for(session)
+        dev = str(next(mars.model.parameters()).device)
+        return (f"**MARS model:** `{mars.name}` · **AR baseline:** `{ar.name if ar else '(none: MARS at 1 token/step)'}`"
+                f" · quantization: {mars.quantization} · device: {dev}")

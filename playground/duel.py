@@ -1,0 +1,155 @@
+"""AR and MARS on the same prompt, stepped alternately as if both ran at once.
+
+Each side is a `mars_core.stream` iterator; the duel always advances the side whose own decode
+time is smaller, so on one device the two sides progress as they would side by side.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from mars_core import DecodeConfig, TauControl, stream
+
+from . import render
+from .models import Loaded
+
+AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
+
+
+@dataclass
+class Step:
+    """One forward as the replay shows it: where it started in the output, all B predictions with
+    their confidences, how many were committed, the tau it used, and whether the side stopped."""
+
+    start: int  # output tokens before this forward
+    proposed: list[int]
+    confidences: list[float]
+    accepted: int
+    tau: float
+    finished: bool
+
+
+class Side:
+    """One decoder of the duel and what it has produced so far."""
+
+    def __init__(self, name: str, loaded: Loaded, prompt: str, cfg: DecodeConfig, control: TauControl):
+        self.name = name
+        self.loaded = loaded
+        self.cfg = cfg
+        self.it = stream(loaded.model, loaded.tokenizer, prompt, cfg, control)
+        self.control = control
+        self.track = render.TokenTrack(loaded.tokenizer, cfg.effective_block_size)
+        self.own = 0.0  # seconds spent in this side's own steps (compute time)
+        self.elapsed = 0.0  # wall seconds from the start of the duel to this side's latest step
+        self.forwards = 0
+        self.tokens = 0
+        self.started = False
+        self.done = False
+        self.note = ""
+        self.steps: list[Step] = []  # every forward, for the replay
+
+    def step(self) -> None:
+        t = time.perf_counter()
+        try:
+            ev = next(self.it)
+        except StopIteration:
+            ev = None
+        self.own += time.perf_counter() - t
+        self.started = True
+        if ev is None:
+            self.done = True
+            return
+        self.steps.append(Step(len(self.track.ids), ev.proposed[0], ev.proposed_confidences[0],
+                               len(ev.tokens[0]), ev.tau, ev.finished[0]))
+        self.track.add(ev.step, ev.tokens[0], ev.confidences[0], ev.tau)
+        self.forwards, self.tokens = ev.forwards, ev.generated
+        if ev.finished[0]:
+            self.done = True
+            for _ in self.it:  # let the generator finish cleanly
+                pass
+
+    @property
+    def stats(self) -> dict:
+        return render.counters(self.forwards, self.tokens, self.own, self.elapsed)
+
+    def clock(self, slow: float) -> float:
+        """This side's time as if it ran alone: its compute plus `slow` seconds per forward."""
+        return self.own + slow * self.forwards
+
+    @property
+    def status(self) -> str:
+        """waiting, running, stopped (by the user or the time limit), limit (max new tokens) or done (EOS)."""
+        if self.control.stopped:
+            return "stopped"
+        if not self.done:
+            return "running" if self.started else "waiting"
+        return "limit" if self.tokens >= self.cfg.max_new_tokens else "done"
+
+
+class Duel:
+    """Set up both sides; `run()` steps them and yields after every step once both started."""
+
+    def __init__(self, prompt: str, settings: dict, ar_side: str, mars_model: Loaded, ar_model: Loaded | None,
+                 max_seconds: float):
+        if ar_side not in AR_SIDES:
+            raise ValueError(f"ar_side must be one of {', '.join(AR_SIDES)}, got {ar_side!r}")
+        note = ""
+        if ar_side == AR_SIDES[0] and ar_model is None:
+            note = "no AR baseline checkpoint loaded: the AR side runs the MARS model at 1 token/step"
+        if ar_side == AR_SIDES[1] or ar_model is None:
+            ar_model = mars_model
+        mars_cfg = DecodeConfig(mode="mars", **settings)
+        ar_cfg = DecodeConfig(mode="ar", **dict(settings, cache="sliding" if settings["cache"] == "block"
+                                                else settings["cache"]))
+        self.mars = Side("mars", mars_model, prompt, mars_cfg, TauControl(mars_cfg.tau, mars_cfg.metric))
+        self.ar = Side("ar", ar_model, prompt, ar_cfg, TauControl(ar_cfg.tau, ar_cfg.metric))
+        self.ar.note = note
+        self.max_seconds = max_seconds
+        self.timed_out = False
+
+    @property
+    def sides(self) -> tuple[Side, Side]:
+        return self.ar, self.mars
+
+    def stop(self) -> None:
+        self.mars.control.stop()
+        self.ar.control.stop()
+
+    def run(self, slow: float = 0.0):
+        """Step until both finish; yields self after every step once both sides have started.
+
+        `slow` (seconds per forward, the slow-motion control) is added to each side's clock alike
+        and slept so that the page shows both sides on one timeline; it never enters the
+        compute time that tokens/s is computed from."""
+        t0 = time.perf_counter()
+        deadline = t0 + self.max_seconds
+        ar, mars = self.sides
+        while not (ar.done and mars.done):
+            side = min((s for s in (ar, mars) if not s.done), key=lambda s: (s.clock(slow), s.name != "ar"))
+            side.step()
+            if slow:  # show the step when it would have finished on its own timeline
+                wait = t0 + side.clock(slow) - time.perf_counter()
+                if wait > 0:
+                    time.sleep(min(wait, max(deadline - time.perf_counter(), 0.0)))
+            side.elapsed = time.perf_counter() - t0
+            if time.perf_counter() > deadline and not self.timed_out:
+                self.timed_out = True
+                self.stop()
+            if ar.started and mars.started:
+                yield self
+
+    def agree(self) -> bool:
+        return self.ar.track.text == self.mars.track.text
+
+    def summary(self) -> dict:
+        """The API's view: per side model, text, ids, accepted per step and stats; agreement, speed-up."""
+        def side(s: Side) -> dict:
+            return {"model": s.loaded.name, "text": s.track.text, "token_ids": s.track.ids,
+                    "accepted_per_step": s.track.accepted, "stats": dict(s.stats, stopped=s.control.stopped)}
+
+        out = {"ar": side(self.ar), "mars": side(self.mars), "timed_out": self.timed_out}
+        out["agree"] = self.agree()
+        out["first_difference"] = render.first_difference(self.ar.track.text, self.mars.track.text)
+        ar_tps = out["ar"]["stats"]["tokens_per_second"]
+        out["speedup"] = out["mars"]["stats"]["tokens_per_second"] / ar_tps if ar_tps else 0.0
+        return out

@@ -1,0 +1,52 @@
+"""What the page says about the loaded model before anything runs: its size, what it was trained
+on, what it can answer, and that anything else gives nonsense by design."""
+from __future__ import annotations
+
+import html
+import json
+import os
+
+from .models import Loaded, is_local
+
+FAMILIES = (
+    ("arithmetic", "word problems with 1 to 3 steps of +, −, ×, ÷ (e.g. “Tom has 45 apples. He buys 23 more…”)"),
+    ("unit conversion", "one conversion with a whole-number answer (e.g. “Convert 324 months to years.”)"),
+    ("lists", "sort, reverse, max, min or sum of a short list (e.g. “What is the sum of [58, 64, 50, 37]?”)"),
+)
+
+
+def training_data(loaded: Loaded) -> str | None:
+    """The `data` field of the folder's training record ("synthetic", a file name…), or None."""
+    if not is_local(loaded.source):
+        return None
+    try:
+        with open(os.path.join(loaded.source, "training_config.json"), encoding="utf-8") as f:
+            return json.load(f).get("args", {}).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def parameters(loaded: Loaded) -> str:
+    n = sum(p.numel() for p in loaded.model.parameters())
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+def scope_html(mars: Loaded, ar: Loaded | None) -> str:
+    """The "About this model" box above the prompt."""
+    name = html.escape(mars.name)
+    ar_line = (f" The AR side runs <code>{html.escape(ar.name)}</code>, the same architecture trained with plain "
+               "next-token fine-tuning." if ar is not None else
+               " There is no separate AR model: the AR side runs this model one token per forward.")
+    if training_data(mars) == "synthetic":
+        fams = "".join(f"<li><b>{f}</b>: {html.escape(d)}</li>" for f, d in FAMILIES)
+        return ('<div class="scope" id="scope-text"><b>About this model.</b> '
+                f'<code>{name}</code> is a {parameters(mars)}-parameter Qwen2 trained from scratch <b>only</b> on '
+                f'three synthetic task families:<ul>{fams}</ul>'
+                'The examples below are held-out problems of these families, which it solves. '
+                '<b>Anything else (general questions, chat, other formats) gives nonsense by design</b>: the model '
+                'is tiny and has never seen other text. Free text is still allowed, to watch how MARS behaves '
+                f'when the model is unsure.{ar_line}</div>')
+    return ('<div class="scope" id="scope-text"><b>About this model.</b> '
+            f'<code>{name}</code> has {parameters(mars)} parameters. Its folder does not record its training '
+            'data, so this page cannot say what it answers well: a MARS model answers what it was fine-tuned on, '
+            f'and text far from that may come out as nonsense.{ar_line}</div>')

@@ -1,0 +1,86 @@
+"""The page's CSS and the little JavaScript it needs (Enter submits the prompt)."""
+
+CSS = """
+/* WCAG 2 AA contrast (axe-core): Gradio's orange primary, tab, slider-range and footer greys are below 4.5:1 */
+.gradio-container {--button-primary-background-fill: #c2410c; --button-primary-background-fill-hover: #9a3412;
+  --button-primary-text-color: #fff; --button-primary-border-color: #c2410c;}
+[role=tab].selected {color: #9a3412 !important;}
+.min_value, .max_value {color: #555 !important;}
+footer, footer a, footer button, .built-with, .show-api, .settings, .run-history {color: #555 !important;}
+.scope {font-size: 15px; line-height: 1.45; padding: 10px 14px; border-radius: 8px; background: #eef4ff;
+  color: #111; border: 1px solid #b9cdf5;}
+.scope ul {margin: 4px 0 6px 18px; padding: 0;}
+.scope code {background: #fff; color: #111; padding: 0 3px;}
+.run-status {font-size: 14px; padding: 4px 2px; min-height: 1.5em; color: #222;}
+.run-status[data-kind=error] {color: #a40000; font-weight: 600;}
+.prompt-info {font-size: 13px; color: #333;}
+.prompt-info[data-kind=error] {color: #a40000; font-weight: 600;}
+.mars-panel {font-size: 15px;}
+.mars-panel .head {margin-bottom: 4px;}
+.mars-panel .model {color: #444; font-family: monospace;}
+.mars-panel .status {float: right; font-size: 13px; padding: 1px 8px; border-radius: 8px; background: #e5e5e5; color: #111;}
+.mars-panel[data-status=running] .status {background: #fde68a;}
+.mars-panel[data-status=done] .status, .mars-panel[data-status=limit] .status {background: #bbf7d0;}
+.mars-panel[data-status=limit] .status {background: #fed7aa;}
+.mars-panel .counters {display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 13px; margin-bottom: 6px; color: #222;}
+.mars-panel .text {white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-all; font-family: monospace;
+  line-height: 1.7; min-height: 120px; max-height: 420px; overflow-y: auto; border: 1px solid #bbb; border-radius: 6px;
+  padding: 6px; background: #fff; color: #111;}
+.mars-panel .tok {border-radius: 3px; padding: 0 1px; position: relative; cursor: pointer;}
+.mars-panel .tok:focus {outline: 2px solid #1d4ed8; outline-offset: 1px;}
+.mars-panel .tok:focus::after {content: attr(data-tip); position: absolute; left: 0; top: 1.7em; z-index: 10;
+  background: #111; color: #fff; padding: 4px 8px; border-radius: 4px; font-size: 13px; white-space: normal;
+  width: max-content; max-width: 240px; font-family: sans-serif;}
+.mars-panel .note {font-size: 13px; color: #8a4b00;}
+.legend {font-size: 13px; color: #333; margin-top: 4px; line-height: 1.6;}
+.legend .leg {margin: 0 4px; white-space: nowrap;}
+.legend .chip {display: inline-block; width: 11px; height: 11px; margin-right: 1px; border: 1px solid #777;}
+.muted {color: #555; font-size: 13px;}
+.compare {font-size: 15px; padding: 4px;}
+.speed {font-size: 14px; padding: 6px 2px; color: #111;}
+.speed .sp-title {margin-bottom: 4px;}
+.speed .sp-row {display: flex; align-items: center; gap: 8px; margin: 2px 0;}
+.speed .sp-lbl {width: 48px; font-weight: 600;}
+.speed .sp-track {flex: 1; background: #eee; height: 14px; border-radius: 7px; overflow: hidden;}
+.speed .sp-bar {display: block; height: 100%; border-radius: 7px;}
+.speed .sp-bar.mars {background: hsl(212, 85%, 45%);}
+.speed .sp-bar.ar {background: hsl(28, 85%, 50%);}
+.speed .sp-val {width: 110px; text-align: right; font-variant-numeric: tabular-nums;}
+.replay {font-size: 14px; color: #111;}
+.replay-head {margin: 4px 0;}
+.replay-in {font-family: monospace; background: #fff; border: 1px solid #bbb; border-radius: 6px; padding: 6px;
+  margin: 6px 0; overflow-wrap: anywhere; white-space: pre-wrap;}
+.replay-in .lbl {font-family: sans-serif; font-weight: 600;}
+.replay .mask-chip {display: inline-block; background: #444; color: #fff; border-radius: 3px; padding: 0 4px; margin: 0 2px;}
+.replay-table {border-collapse: collapse; width: 100%; font-size: 14px;}
+.replay-table caption {text-align: left; font-weight: 600; padding: 4px 0;}
+.replay-table th, .replay-table td {border-bottom: 1px solid #ccc; padding: 4px 6px; text-align: left; vertical-align: top;}
+.replay-table tr[data-mark=accepted] .mark {color: #0a6b2b; font-weight: 600;}
+.replay-table tr[data-mark=rejected] .mark {color: #a40000; font-weight: 600;}
+.replay-table tr[data-mark=rejected] code {text-decoration: line-through;}
+.replay-table tr[data-mark=end] .mark {color: #333; font-weight: 600;}
+@media (max-width: 640px) {
+  .replay-table thead {display: none;}
+  .replay-table tr {display: block; border-bottom: 1px solid #ccc; padding: 4px 0;}
+  .replay-table td {display: inline-block; border: none; padding: 2px 4px;}
+  .replay-table td:last-child {display: block;}
+  .speed .sp-val {width: 90px;}
+}
+"""
+
+# Chat demos submit on Enter and keep Shift+Enter for a new line; Gradio's multi-line textbox
+# does it the other way round. Both keys are taken here, before Gradio sees them.
+JS = """() => {
+  document.addEventListener('keydown', (e) => {
+    const box = e.target.closest && e.target.closest('#prompt');
+    if (!box || e.key !== 'Enter' || e.isComposing) return;
+    e.preventDefault();
+    e.stopPropagation();
+    if (e.shiftKey) {
+      document.execCommand('insertText', false, '\\n');
+    } else {
+      e.target.dispatchEvent(new Event('input', {bubbles: true}));
+      document.getElementById('generate')?.click();
+    }
+  }, true);
+}"""

@@ -1,0 +1,94 @@
+"""The Frontier tab: accuracy and tokens/s against tokens per forward over a tau sweep (the
+paper's Figure 3), from the model card or a new sweep through `training.evaluate.sweep`."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from . import fields, plots
+from .core import Core
+from .errors import guard
+from .session import Session
+from .ui import UI
+from .validate import as_int, parse_taus
+
+
+class FrontierTab:
+    def __init__(self, core: Core):
+        self.core = core
+        self.opts = core.opts
+
+    def initial(self, session: Session | None = None):
+        """The model card's sweep (eval.json in the model folder), or a note that there is none."""
+        mars, _ = self.core.models_for(session)
+        data = mars.eval_json()
+        if data is None:
+            return plots.frontier(None), f"**{mars.name}** has no precomputed sweep (no `eval.json` in its folder)."
+        from training.evaluate import summary_table
+        return plots.frontier(data), (f"Precomputed sweep from the model card of **{mars.name}** "
+                                      f"({data.get('n', '?')} held-out problems).\n\n" + summary_table(data))
+
+    def run(self, n, taus, block_size, max_new_tokens, session: Session, progress=gr.Progress()):
+        """A new sweep: the AR baseline (if loaded), the MARS model at one token per step, then
+        MARS at each tau; stopped with a notice after the time limit."""
+        from mars_core import DecodeConfig
+        from tasks.synthetic import make_examples
+        from training.evaluate import summary_table, sweep
+
+        n = as_int("problems", n, 1, self.opts.frontier_max_n)
+        tau_list = parse_taus(taus)
+        block_size = as_int("block size", block_size, 1, self.opts.max_block_size)
+        max_new_tokens = as_int("max new tokens", max_new_tokens, 1, self.core.max_new_cap(session))
+        mars, ar = self.core.models_for(session)
+        examples = make_examples(n, 0, "eval")
+        base = DecodeConfig(max_new_tokens=max_new_tokens, cache="sliding")
+        total = (1 if ar is not None else 0) + 1 + len(tau_list)
+        done, stopped = [0], [False]
+        deadline = time.perf_counter() + self.opts.max_seconds
+
+        def before_run(cfg) -> bool:
+            if time.perf_counter() > deadline:
+                gr.Warning(f"Sweep stopped after the {self.opts.max_seconds:g} s limit "
+                           f"({done[0]} of {total} runs).")
+                stopped[0] = True
+                return False
+            progress((done[0], total), desc=f"{cfg.mode}" + (f" tau={cfg.tau}" if cfg.mode == "mars" else ""),
+                     unit="runs")
+            done[0] += 1
+            return True
+
+        progress((0, total), desc="sweep", unit="runs")
+        runs = []
+        if ar is not None:
+            runs += sweep(ar.model, ar.tokenizer, examples, (), (), base, 8, "ar-baseline", before_run)
+        if not stopped[0]:
+            runs += sweep(mars.model, mars.tokenizer, examples, tau_list, (block_size,), base, 8, "mars", before_run)
+        progress((total, total), desc="done", unit="runs")
+        result = {"n": n, "seed": 0, "split": "eval",
+                  "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in runs]}
+        return plots.frontier(result), (f"Sweep on {n} held-out problems, {max_new_tokens} new tokens max.\n\n"
+                                        + summary_table(result))
+
+
+def add_tab(ui: UI) -> FrontierTab:
+    opts, tab = ui.opts, FrontierTab(ui.core)
+    with gr.Tab("Frontier", id="frontier"):
+        fig0, note0 = tab.initial()
+        gr.Markdown("Accuracy and tokens/s against tokens per forward over a tau sweep on held-out "
+                    "synthetic problems (the paper's Figure 3). Shown first: the model card's sweep.")
+        plot = gr.Plot(fig0, elem_id="frontier-plot", label="frontier")
+        note = gr.Markdown(note0, elem_id="frontier-note", label="runs")
+        with gr.Row():
+            n = fields.Slider(1, opts.frontier_max_n, value=min(20, opts.frontier_max_n), step=1,
+                          label="held-out problems N")
+            taus = gr.Textbox(", ".join(str(t) for t in (1.0, 0.9, 0.7, 0.5)), label="taus")
+            block = fields.Slider(1, opts.max_block_size, value=ui.core.default_block, step=1, label="block size")
+            max_new = fields.Slider(8, ui.core.max_new_cap(), value=min(256, ui.core.max_new_cap()), step=8,
+                                    label="max new tokens")
+        btn = gr.Button("Run sweep", variant="primary", elem_id="frontier-run")
+    btn.click(guard(ui.gpu(tab.run)), [n, taus, block, max_new, ui.session], [plot, note], api_name="frontier",
+              **ui.decode_limit)
+    ui.on_models_changed([plot, note], tab.initial)
+    ui.tabs["frontier"] = tab
+    return tab

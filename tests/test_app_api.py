@@ -1,0 +1,83 @@
+"""The named API through gradio_client against a launched app: results, the session's model
+choice, and field-named messages for out-of-range values with no traceback in the server log."""
+from __future__ import annotations
+
+import pytest
+
+import app
+from app_fixtures import PROMPT, demo, free_port, pair  # noqa: F401
+from mars_core import mars_training_mask
+from playground.duel import AR_SIDES
+
+
+@pytest.fixture(scope="module")
+def server(demo):
+    port = free_port()
+    app.launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.fixture
+def client(server):
+    from gradio_client import Client
+
+    return Client(server, verbose=False)
+
+
+def test_client_generate(client):
+    out = client.predict(PROMPT, 0.0, 4, "probability", 0.0, 0, 16, "sliding", AR_SIDES[0], api_name="/generate")
+    assert out["mars"]["accepted_per_step"] == [4, 4, 4, 4]
+    assert out["ar"]["stats"]["tokens"] == 16 and out["mars"]["stats"]["tokens_per_forward"] == 4.0
+    out = client.predict(prompt=PROMPT, tau=1.0, ar_side=AR_SIDES[1], max_new_tokens=12, api_name="/generate")
+    assert out["agree"] is True and out["first_difference"] is None
+    assert client.predict(4, 2, api_name="/mask") == mars_training_mask(4, 2).int().tolist()
+
+
+def test_generate_follows_the_sessions_model_choice(client, server):
+    from gradio_client import Client
+
+    client.predict("custom", "fixture-ar", "", "none", api_name="/load_models")
+    out = client.predict(prompt=PROMPT, max_new_tokens=4, api_name="/generate")
+    assert out["mars"]["model"] == "fixture-ar"
+    other = Client(server, verbose=False).predict(prompt=PROMPT, max_new_tokens=4, api_name="/generate")
+    assert other["mars"]["model"] == "fixture-mars"  # another client keeps the defaults
+
+
+def test_generate_stream_returns_named_outputs(client):
+    out = client.predict(PROMPT, 0.0, 4, "probability", 0.0, 0, 8, "sliding", AR_SIDES[0], 0,
+                         api_name="/generate_stream")
+    assert len(out) == 8 and 'data-status="limit"' in out[2] and "Forward 1 of 2" in out[7]
+
+
+GENERATE = dict(prompt=PROMPT, tau=0.9, block_size=4, metric="probability", temperature=0.0, seed=0,
+                max_new_tokens=16, cache="sliding", ar_side=AR_SIDES[0])
+STREAM = [PROMPT, 0.9, 4, "probability", 0.0, 0, 16, "sliding", AR_SIDES[0], 0]
+
+
+@pytest.mark.parametrize("api,args,message", [
+    ("/generate", dict(GENERATE, prompt=""), "prompt is empty"),
+    ("/generate", dict(GENERATE, max_new_tokens=100_000), "max new tokens must be between 1 and 256"),
+    ("/generate", dict(GENERATE, tau=-0.5), "tau for the probability metric must be in [0, 1]"),
+    ("/generate", dict(GENERATE, block_size=999), "block size must be between 1 and 16"),
+    ("/generate", dict(GENERATE, metric="nope"), "unknown metric"),
+    ("/generate_stream", STREAM[:2] + [999] + STREAM[3:], "block size must be between 1 and 16"),
+    ("/generate_stream", STREAM[:6] + [100_000] + STREAM[7:], "max new tokens must be between 1 and 256"),
+    ("/generate_stream", STREAM[:3] + ["<b>nope</b>"] + STREAM[4:], "unknown metric '&lt;b&gt;nope&lt;/b&gt;'"),
+    ("/generate_stream", STREAM[:9] + [99_999], "slow motion (ms per forward) must be between 0 and 500"),
+    ("/batch", [999, "cursor", 16, 0.9, 4, 16, 1], "batch size must be between 1 and 4"),
+    ("/batch", [2, "cursor", 16, 7.0, 4, 16, 1], "tau must be between 0 and 1"),
+    ("/batch", [2, "cursor", 16, 0.9, 4, 16, 99], "repeats must be between 1 and 7"),
+    ("/frontier", [999, "1.0", 4, 16], "problems must be between 1 and 8"),
+    ("/frontier", [2, "1.0", 4, 99_999], "max new tokens must be between 1 and 256"),
+    ("/frontier", [2, "<img src=x>", 4, 16], "taus: tau must be a number, got '&lt;img src=x&gt;'"),
+    ("/load_models", ["custom", "/etc", "", "none"], "unknown model '/etc'"),
+])
+def test_out_of_range_values_get_field_named_messages(client, capfd, api, args, message):
+    with pytest.raises(Exception) as e:
+        if isinstance(args, dict):
+            client.predict(api_name=api, **args)
+        else:
+            client.predict(*args, api_name=api)
+    assert message in str(e.value) and "Traceback" not in str(e.value)
+    assert "Traceback" not in capfd.readouterr().err  # nothing for the server log either

@@ -1,0 +1,82 @@
+"""The rules several floors share, each said once in mars_core: path vs hub id, trained block
+size, context length, comma-separated lists."""
+import argparse
+import json
+
+import pytest
+
+from conftest import make_model
+from mars_core.lists import ListError, list_arg, parse_list
+from mars_core.loading import is_local_path, trained_block_size
+from mars_core.prompts import check_context
+
+
+@pytest.mark.parametrize("name,local", [
+    ("owner/model", False), ("Xalphinions/MARS-Qwen2.5-0.5B-blk4", False),
+    ("./owner/model", True), ("/abs/path", True), ("~/x", True), ("a/b/c", True), ("plain", True),
+    ("a\\b", True),
+])
+def test_is_local_path(name, local):
+    assert is_local_path(name) is local
+
+
+def test_is_local_path_sees_an_existing_owner_name_folder(tmp_path, monkeypatch):
+    (tmp_path / "owner" / "model").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert is_local_path("owner/model")
+
+
+def _run_folder(tmp_path, name, stage, block_size):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "training_config.json").write_text(json.dumps({"args": {"stage": stage, "block_size": block_size}}))
+    return str(d)
+
+
+def test_trained_block_size(tmp_path, tokenizer):
+    assert trained_block_size(_run_folder(tmp_path, "m", "mars", 8)) == 8
+    assert trained_block_size(_run_folder(tmp_path, "a", "ar", 4)) is None  # an AR run records the default B
+    assert trained_block_size(_run_folder(tmp_path, "x-blk4", "ar", 4)) is None  # the record wins over the name
+    assert trained_block_size("Xalphinions/MARS-Qwen2.5-0.5B-blk4") == 4
+    assert trained_block_size("Xalphinions/MARS-Qwen2.5-0.5B-AR-SFT") is None
+    assert trained_block_size(str(tmp_path / "missing")) is None
+    model = make_model("qwen2", len(tokenizer))
+    model.config._name_or_path = _run_folder(tmp_path, "m2", "mars", 2)
+    assert trained_block_size(model) == 2
+
+
+def test_bundled_mars_model_block_size():
+    from playground.models import BUNDLED_AR, BUNDLED_MARS
+
+    assert trained_block_size(BUNDLED_MARS) == 4 and trained_block_size(BUNDLED_AR) is None
+
+
+def test_check_context(tokenizer):
+    model = make_model("qwen2", len(tokenizer))  # 512 positions
+    check_context(model, [[1] * 500], max_new_tokens=8, block_size=4)  # 512: fits exactly
+    with pytest.raises(ValueError, match=r"prompt 1 has 501 tokens.*needs 513 positions but the model has 512"):
+        check_context(model, [[1] * 10, [1] * 501], max_new_tokens=8, block_size=4)
+    with pytest.raises(ValueError, match="prompt 0 encodes to no tokens"):
+        check_context(model, [[]], max_new_tokens=8, block_size=1)
+
+
+def test_parse_list():
+    assert parse_list("0.95, 0.8,") == (0.95, 0.8)
+    assert parse_list("1,4", int, minimum=1) == (1, 4)
+    assert parse_list("ar, mars-cursor", str) == ("ar", "mars-cursor")
+    assert parse_list(" ", float, allow_empty=True) == ()
+    for text, kind, kw, match in (("a,b", float, {}, "taus: expected comma-separated numbers"),
+                                  ("1.5", int, {}, "integers"), ("0,2", int, {"minimum": 1}, ">= 1"),
+                                  ("", float, {}, "at least one")):
+        with pytest.raises(ValueError, match=match):
+            parse_list(text, kind, name="taus", **kw)
+
+
+def test_list_arg_message_reaches_argparse(capsys):
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", type=list_arg(int, minimum=1))
+    assert p.parse_args(["--sizes", "1,8"]).sizes == (1, 8)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--sizes", "0"])
+    assert "expected comma-separated integers >= 1, got '0'" in capsys.readouterr().err
+    assert issubclass(ListError, ValueError)
