@@ -76,6 +76,7 @@ class ModelDrafter:
         self.pending = [list(p) for p in rows.prompts]  # committed tokens not yet in the draft's context
         self.fed: list[int] = []  # per row: drafts of this step already in the draft's context
 
+    @torch.no_grad()
     def propose(self):
         """Returns drafts (host lists of K ids per active row) and q (R, K, V) (None when greedy)."""
         R, K, rows = len(self.pending), self.K, self.rows

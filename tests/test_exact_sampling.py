@@ -132,3 +132,33 @@ def test_the_test_has_power(target):
     ar = sample(target, DecodeConfig(mode="ar", temperature=1.0, cache="cursor", max_new_tokens=LENGTH))
     assert chi_square(ar, exact_ar(target, 1.0))[2] > ALPHA
     assert not math.isnan(stat)
+
+
+@pytest.mark.parametrize("draft_tau", [0.2, 0.4])
+def test_mars_draft_tokens_are_drawn_from_the_recorded_q(draft_tau):
+    """The verification divides by q: each draft must really be distributed as its recorded q.
+
+    Over N draft proposals, the count of token x at draft position a must match the sum of the
+    recorded q_a(x) (each draft a multinomial draw of its own q): a Pearson test per position.
+    """
+    from mars_core import TauControl
+    from mars_core.decoding import Rows
+    from mars_core.speculative import ModelDrafter
+    from mars_core.verify_forward import CursorContext
+
+    cfg = DecodeConfig(mode="spec", cache="cursor", draft_tokens=3, draft_block_size=4, draft_tau=draft_tau,
+                       temperature=1.0, max_new_tokens=LENGTH)
+    rows = Rows([PROMPT] * N, cfg, TauControl(1.0), [EOS], "cpu")
+    draft = tiny_model(0, 8.0)  # mask predictions with top-1 probabilities of 0.4 to 0.6: some kept
+    ctx = CursorContext(draft, N, 32, MASK, PAD, "cpu")
+    drafts, q = ModelDrafter(ctx, rows, cfg.draft_tokens, V).propose()
+    d = torch.tensor(drafts)  # (N, K)
+    assert rows.stats.draft_forwards < cfg.draft_tokens  # some row kept mask predictions
+    for a in range(1, cfg.draft_tokens):
+        observed = torch.bincount(d[:, a], minlength=V).double()
+        expected = q[:, a].double().sum(dim=0)
+        keep = expected >= 5
+        stat = float(((observed - expected)[keep] ** 2 / expected[keep]).sum())
+        df = int(keep.sum()) - 1
+        p = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+        assert p > ALPHA, f"draft position {a}: chi2 = {stat:.1f} on {df} df, p = {p:.2e}"
