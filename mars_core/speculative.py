@@ -89,9 +89,9 @@ class ModelDrafter:
             if not need:
                 break
             feed = [f if i in need else [] for i, f in enumerate(feed)]
-            verify, groups = self.ctx.forward(feed, [[] for _ in range(R)], self.B)
+            verify, masks, _ = self.ctx.forward(feed, [[] for _ in range(R)], self.B)
             rows.stats.draft_forwards += 1
-            logits = fit_vocab(torch.cat([verify, groups[:, 0]], dim=1), self.V)  # (R, Bd, V)
+            logits = fit_vocab(torch.cat([verify, masks[:, 0]], dim=1), self.V)  # (R, Bd, V)
             sel = torch.tensor(need, device=rows.device)
             noise = None
             if self.temperature > 0:

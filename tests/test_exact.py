@@ -42,8 +42,9 @@ def test_lossless_greedy_is_ar(model, tokenizer, cache, B):
     assert (res.stats.drafted > 0) == (B > 1) and res.stats.draft_forwards == 0
 
 
-def test_context_forwards_agree(confident_model, tokenizer):
-    """One cursor forward with the 4-D group mask = k + 1 ordinary causal forwards, logit for logit."""
+@pytest.mark.parametrize("groups", ["all", "last", "ends"])
+def test_context_forwards_agree(confident_model, tokenizer, groups):
+    """One cursor forward with the 4-D group mask = separate ordinary causal forwards, logit for logit."""
     rng = random.Random(0)
     prompts = [encode_prompt(tokenizer, p) for p in BATCH]
     mask_id, pad_id, _ = special_ids(confident_model, tokenizer)
@@ -54,9 +55,9 @@ def test_context_forwards_agree(confident_model, tokenizer):
         B = [4, 3, 1, 4][step]
         drafts = [[rng.randrange(10, 200) for _ in range(rng.randrange(0, 4))] for _ in prompts]
         with torch.no_grad():
-            v0, g0 = ref.forward(new, drafts, B)
-            v1, g1 = fast.forward(new, drafts, B)
-        assert v0.shape == v1.shape and g0.shape == g1.shape
+            v0, g0, s0 = ref.forward(new, drafts, B, groups)
+            v1, g1, s1 = fast.forward(new, drafts, B, groups)
+        assert v0.shape == v1.shape and g0.shape == g1.shape and torch.equal(s0, s1)
         torch.testing.assert_close(v1, v0, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(g1, g0, atol=1e-4, rtol=1e-4)
         j = [rng.randrange(0, len(d) + 1) for d in drafts]
@@ -154,6 +155,8 @@ def test_ar_draft_forwards_k_per_step(model, tokenizer, draft):
 
 SPEC_SETTINGS = [
     dict(tau=0.5),
+    dict(tau=0.5, draft_groups="last", draft_is_target=True),
+    dict(tau=0.4, draft_groups="ends", temperature=0.7),
     dict(tau=0.3, metric="probability", temperature=1.0),
     dict(tau=1.5, metric="entropy"),
     dict(tau=0.5, draft_block_size=3, draft_tau=0.3),
@@ -163,6 +166,9 @@ SPEC_SETTINGS = [
 
 @pytest.mark.parametrize("kw", SPEC_SETTINGS)
 def test_spec_mars_cursor_equals_reference_and_rows_alone(confident, tokenizer, draft, kw):
+    kw = dict(kw)
+    if kw.pop("draft_is_target", False):  # every draft accepted: the group after the last one is used
+        draft = confident
     ref = generate(confident, tokenizer, BATCH, spec_cfg("none", max_new_tokens=16, **kw), draft_model=draft)
     assert any(c > 1 for step in ref.stats.accepted_per_step for c in step)
     res = generate(confident, tokenizer, BATCH, spec_cfg("cursor", max_new_tokens=16, **kw), draft_model=draft)
@@ -247,6 +253,7 @@ def test_rows_finishing_at_different_steps(confident, tokenizer, draft):
     (dict(draft_block_size=0), "draft_block_size"),
     (dict(draft_tau=1.5), r"\[0, 1\]"),
     (dict(mode="lossless"), "cache='cursor'"),
+    (dict(draft_groups="some"), "draft_groups"),
     (dict(mode="spec", cache="block"), "cache='cursor'"),
 ])
 def test_bad_config(kwargs, match):

@@ -13,7 +13,8 @@ import threading
 from dataclasses import dataclass
 
 MODES = ("ar", "mars", "lossless", "spec")
-EXACT_CACHES = ("none", "cursor")  # the caches that "lossless" and "spec" run on
+EXACT_CACHES = ("none", "cursor")
+DRAFT_GROUPS = ("all", "last", "ends")  # the caches that "lossless" and "spec" run on
 MAX_DRAFT_TOKENS = 32  # K beyond this only widens the verify forward: acceptance decays geometrically
 CACHES = ("none", "sliding", "block", "cursor")
 METRICS = ("probability", "entropy", "margin")
@@ -65,6 +66,11 @@ class DecodeConfig:
     draft_block_size: 1: the draft model decodes AR; > 1: it decodes with MARS (its mask
                       predictions kept while its top-1 probability passes `draft_tau`).
     draft_tau:        the draft's MARS threshold (probability metric, [0, 1]).
+    draft_groups:     the mask groups a "lossless" / "spec" forward carries: "all" (one after
+                      every possible accept count: new drafts or extra tokens whatever the
+                      verification accepts), "last" (one after the last draft only: cheaper
+                      forwards, nothing after a rejection) or "ends" (after none and after all
+                      drafts accepted). The output of "lossless" never depends on it.
 
     "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
     not used by "lossless" (its output never depends on it).
@@ -83,6 +89,7 @@ class DecodeConfig:
     draft_tokens: int = 4
     draft_block_size: int = 1
     draft_tau: float = 0.95
+    draft_groups: str = "all"
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -106,6 +113,8 @@ class DecodeConfig:
             raise ValueError(f"draft_tokens must be <= {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
         _check_int("draft_block_size", self.draft_block_size, 1)
         check_tau(self.draft_tau, "probability")
+        if self.draft_groups not in DRAFT_GROUPS:
+            raise ValueError(f"unknown draft_groups {self.draft_groups!r}; allowed: {', '.join(DRAFT_GROUPS)}")
         if self.mode in ("lossless", "spec") and self.cache not in EXACT_CACHES:
             raise ValueError(
                 f"mode={self.mode!r} runs on cache='cursor' (fast) or cache='none' (the reference), "

@@ -90,7 +90,7 @@ def decode_exact(model, rows: Rows, mask_id: int, pad_id: int, draft_model=None,
     while rows.running():
         tau, live = rows.tau(), rows.active
         drafts, q = drafter.propose()
-        verify, groups = target.forward(feed, drafts, B)  # (R, k + 1, V), (R, k + 1, B - 1, V)
+        verify, masks, sel = target.forward(feed, drafts, B, cfg.draft_groups)  # (R, k + 1, V), (R, G, B - 1, V)
         R, k = verify.shape[0], verify.shape[1] - 1
         V = verify.shape[-1]
         d = torch.tensor([x + [0] * (k - len(x)) for x in drafts], dtype=torch.long, device=rows.device)
@@ -102,19 +102,22 @@ def decode_exact(model, rows: Rows, mask_id: int, pad_id: int, draft_model=None,
         j, bonus, probs = verify_drafts(d, n_d, None if q is None else q[:, :k], verify, cfg.temperature,
                                         uniform, None if gumbel is None else gumbel[:, 0])
         at = torch.arange(R, device=rows.device)
-        group = groups[at, j]  # (R, B - 1, V): the masks standing after d_j
+        match = sel == j[:, None]  # (R, G): the group standing right after d_j, if the forward has it
+        has_group = match.any(dim=1)
+        group = masks[at, match.long().argmax(dim=1)]  # (R, B - 1, V)
         noise = None if gumbel is None else gumbel[:, 1:]
         if spec:
             block, block_conf, n_block = block_after(bonus, probs[at, j], group, tau, cfg.metric,
                                                      cfg.temperature, noise, cfg.max_accept)
-            new_drafts, new_q = None, None
+            n_block = torch.where(has_group, n_block, torch.ones_like(n_block))
+            new_q = None
             extra = j[:, None]
         else:
             block = bonus[:, None]
             block_conf = confidence(probs[at, j][:, None], block, cfg.metric)
             n_block = torch.ones_like(j)
             new_drafts, new_q = choose_tokens(group, cfg.temperature, noise)  # (R, B - 1), (R, B - 1, V)
-            extra = torch.cat([j[:, None], new_drafts], dim=1)
+            extra = torch.cat([j[:, None], has_group[:, None], new_drafts], dim=1)
         tokens, conf, n = after_drafts(d, draft_confidence(probs, d, cfg.metric), j, block, block_conf, n_block)
         event, emitted = rows.commit(live, tokens, conf, n, tau, extra)
         js = [int(x[0]) for x in rows.synced]
@@ -125,8 +128,8 @@ def decode_exact(model, rows: Rows, mask_id: int, pad_id: int, draft_model=None,
         rows.stats.accepted_drafts += sum(js)
         target.keep(js)
         feed = [e[a:] for e, a in zip(emitted, js)]
-        drafter.update(js, emitted, [[int(t) for t in x[1:]] for x in rows.synced],
-                       None if rows.random is None else new_q)
+        new = [[int(t) for t in x[2:]] if len(x) > 1 and x[1] else [] for x in rows.synced]
+        drafter.update(js, emitted, new, None if rows.random is None else new_q)
         keep = rows.still_active()
         target.select(keep)
         drafter.select(keep)
