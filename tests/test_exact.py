@@ -128,7 +128,7 @@ def test_wrong_drafts_never_change_the_output(model, tokenizer, cache, wrong):
 
 
 def spec_cfg(cache, **kw):
-    base = dict(mode="spec", block_size=4, tau=1.0, draft_tokens=3, cache=cache, max_new_tokens=24)
+    base = dict(mode="spec", block_size=4, tau=1.0, draft_tokens=3, cache=cache, max_new_tokens=24, draft_groups="all")
     base.update(kw)
     return DecodeConfig(**base)
 

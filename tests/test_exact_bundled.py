@@ -26,11 +26,11 @@ def test_lossless_is_ar_with_several_tokens_per_forward(models):
     assert res.token_ids == ar.token_ids
     assert res.stats.tokens_per_forward > 2.5  # 3.5 when this was written
     assert res.stats.draft_acceptance > 0.8
-    for groups in ("last", "ends"):  # fewer groups: the same output, drafts less often
+    for groups in ("all", "ends"):  # other layouts: the same output, drafts after rejections too
         other = generate(model, tok, PROMPTS, DecodeConfig(mode="lossless", cache="cursor", max_new_tokens=256,
                                                            draft_groups=groups))
         assert other.token_ids == ar.token_ids
-        assert 2.5 < other.stats.tokens_per_forward <= res.stats.tokens_per_forward
+        assert other.stats.tokens_per_forward >= res.stats.tokens_per_forward
 
 
 def test_spec_mars_beats_spec_in_tokens_per_target_forward(models):

@@ -102,6 +102,7 @@ def chi_square(samples: list[tuple], exact: dict[tuple, float]) -> tuple[float, 
 
 CASES = {
     "lossless": (dict(mode="lossless", block_size=4, temperature=1.0), False),
+    "lossless-all-groups": (dict(mode="lossless", block_size=4, temperature=0.7, draft_groups="all"), False),
     "spec-ar-draft": (dict(mode="spec", block_size=2, tau=1.0, draft_tokens=3, temperature=0.8), True),
     "spec-mars-draft": (dict(mode="spec", block_size=1, draft_tokens=3, draft_block_size=3, draft_tau=0.3,
                              temperature=1.0), True),

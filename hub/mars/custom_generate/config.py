@@ -66,11 +66,12 @@ class DecodeConfig:
     draft_block_size: 1: the draft model decodes AR; > 1: it decodes with MARS (its mask
                       predictions kept while its top-1 probability passes `draft_tau`).
     draft_tau:        the draft's MARS threshold (probability metric, [0, 1]).
-    draft_groups:     the mask groups a "lossless" / "spec" forward carries: "all" (one after
-                      every possible accept count: new drafts or extra tokens whatever the
-                      verification accepts), "last" (one after the last draft only: cheaper
-                      forwards, nothing after a rejection) or "ends" (after none and after all
-                      drafts accepted). The output of "lossless" never depends on it.
+    draft_groups:     the mask groups a "lossless" / "spec" forward carries: "last" (one group,
+                      after the last draft: new drafts or extra tokens only when every draft was
+                      accepted), "all" (one after every possible accept count, the spec's layout)
+                      or "ends" (after none and after all drafts accepted). "last" is the fastest
+                      on the bundled model (docs/lossless.md); the output of "lossless" never
+                      depends on it.
 
     "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
     not used by "lossless" (its output never depends on it).
@@ -89,7 +90,7 @@ class DecodeConfig:
     draft_tokens: int = 4
     draft_block_size: int = 1
     draft_tau: float = 0.95
-    draft_groups: str = "all"
+    draft_groups: str = "last"
 
     def __post_init__(self):
         if self.mode not in MODES:
