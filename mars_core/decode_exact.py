@@ -122,6 +122,9 @@ def decode_exact(model, rows: Rows, mask_id: int, pad_id: int, draft_model=None,
         event.verified = [0] * len(rows.prompts)
         for r, a, e in zip(live, js, emitted):
             event.verified[r] = min(a, len(e))
+        # what a replay shows: the emitted tokens (verified drafts first), not a block of B
+        event.proposed = [list(t) for t in event.tokens]
+        event.proposed_confidences = [list(c) for c in event.confidences]
         rows.stats.drafted += sum(len(x) for x in drafts)
         rows.stats.accepted_drafts += sum(js)
         target.keep(js)

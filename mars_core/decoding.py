@@ -88,7 +88,8 @@ class StepEvent:
     elapsed: float  # seconds since the decode started, prefill included
     tau: float  # the threshold this step used
     # per sequence: all B predictions of this forward and their confidences, accepted or not
-    # (empty for a sequence that did not decode in it); what a step-by-step replay shows
+    # (empty for a sequence that did not decode in it); what a step-by-step replay shows. The
+    # exact modes ("lossless", "spec") have no single block of B: there, the emitted tokens only
     proposed: list[list[int]] = field(default_factory=list)
     proposed_confidences: list[list[float]] = field(default_factory=list)
     # per sequence, how many of `tokens` are verified drafts (they come first); the next one is

@@ -14,6 +14,9 @@ from . import render
 from .models import Loaded
 
 AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
+# what the MARS side runs: value -> label (lossless and spec are exact; see mars_core.decode_exact)
+MARS_MODES = {"mars": "MARS (tau)", "lossless": "lossless MARS (exact: verifies its own drafts)",
+              "spec": "spec: the AR checkpoint drafts, MARS verifies (exact at tau = 1)"}
 
 
 @dataclass
@@ -27,16 +30,19 @@ class Step:
     accepted: int
     tau: float
     finished: bool
+    verified: int | None = None  # exact modes: how many of `proposed` are verified drafts
 
 
 class Side:
     """One decoder of the duel and what it has produced so far."""
 
-    def __init__(self, name: str, loaded: Loaded, prompt: str, cfg: DecodeConfig, control: TauControl):
+    def __init__(self, name: str, loaded: Loaded, prompt: str, cfg: DecodeConfig, control: TauControl,
+                 draft: Loaded | None = None):
         self.name = name
         self.loaded = loaded
         self.cfg = cfg
-        self.it = stream(loaded.model, loaded.tokenizer, prompt, cfg, control)
+        self.it = stream(loaded.model, loaded.tokenizer, prompt, cfg, control,
+                         draft_model=draft.model if draft is not None else None)
         self.control = control
         self.track = render.TokenTrack(loaded.tokenizer, cfg.effective_block_size)
         self.own = 0.0  # seconds spent in this side's own steps (compute time)
@@ -59,9 +65,10 @@ class Side:
         if ev is None:
             self.done = True
             return
+        verified = ev.verified[0] if ev.verified is not None else None
         self.steps.append(Step(len(self.track.ids), ev.proposed[0], ev.proposed_confidences[0],
-                               len(ev.tokens[0]), ev.tau, ev.finished[0]))
-        self.track.add(ev.step, ev.tokens[0], ev.confidences[0], ev.tau)
+                               len(ev.tokens[0]), ev.tau, ev.finished[0], verified))
+        self.track.add(ev.step, ev.tokens[0], ev.confidences[0], ev.tau, verified or 0)
         self.forwards, self.tokens = ev.forwards, ev.generated
         if ev.finished[0]:
             self.done = True
@@ -90,18 +97,30 @@ class Duel:
     """Set up both sides; `run()` steps them and yields after every step once both started."""
 
     def __init__(self, prompt: str, settings: dict, ar_side: str, mars_model: Loaded, ar_model: Loaded | None,
-                 max_seconds: float):
+                 max_seconds: float, mars_mode: str = "mars", same_vocab: bool = True):
         if ar_side not in AR_SIDES:
             raise ValueError(f"ar_side must be one of {', '.join(AR_SIDES)}, got {ar_side!r}")
+        if mars_mode not in MARS_MODES:
+            raise ValueError(f"mars_mode must be one of {', '.join(MARS_MODES)}, got {mars_mode!r}")
+        draft = None
+        if mars_mode == "spec":
+            if ar_model is None or not same_vocab:
+                raise ValueError("spec needs a draft model: load an AR baseline checkpoint with the MARS model's "
+                                 "tokenizer (Models tab), or pick another MARS mode")
+            draft = ar_model
         note = ""
         if ar_side == AR_SIDES[0] and ar_model is None:
             note = "no AR baseline checkpoint loaded: the AR side runs the MARS model at 1 token/step"
         if ar_side == AR_SIDES[1] or ar_model is None:
             ar_model = mars_model
-        mars_cfg = DecodeConfig(mode="mars", **settings)
+        mars_settings = dict(settings)
+        if mars_mode != "mars" and settings["cache"] not in ("none", "cursor"):
+            mars_settings["cache"] = "cursor"  # the exact modes run on the cursor cache (or none)
+        mars_cfg = DecodeConfig(mode=mars_mode, **mars_settings)
+        self.mars_mode = mars_mode
         ar_cfg = DecodeConfig(mode="ar", **dict(settings, cache="sliding" if settings["cache"] == "block"
                                                 else settings["cache"]))
-        self.mars = Side("mars", mars_model, prompt, mars_cfg, TauControl(mars_cfg.tau, mars_cfg.metric))
+        self.mars = Side("mars", mars_model, prompt, mars_cfg, TauControl(mars_cfg.tau, mars_cfg.metric), draft)
         self.ar = Side("ar", ar_model, prompt, ar_cfg, TauControl(ar_cfg.tau, ar_cfg.metric))
         self.ar.note = note
         self.max_seconds = max_seconds
@@ -141,6 +160,16 @@ class Duel:
     def agree(self) -> bool:
         return self.ar.track.text == self.mars.track.text
 
+    def guaranteed(self) -> bool:
+        """Does the MARS side's mode prove that its output is the AR side's, token for token?
+        Lossless (and spec at the strictest tau) is greedy AR of the same model: so only when the
+        AR side runs the MARS model itself, greedily, and the MARS side's tau never loosened."""
+        cfg = self.mars.cfg
+        strict = cfg.mode == "lossless" or (cfg.mode == "spec" and all(
+            s.tau == (0.0 if cfg.metric == "entropy" else 1.0) for s in self.mars.steps))
+        return (cfg.mode in ("lossless", "spec") and strict and cfg.temperature == 0
+                and self.ar.loaded is self.mars.loaded and not self.mars.control.stopped)
+
     def summary(self) -> dict:
         """The API's view: per side model, text, ids, accepted per step and stats; agreement, speed-up."""
         def side(s: Side) -> dict:
@@ -149,6 +178,7 @@ class Duel:
 
         out = {"ar": side(self.ar), "mars": side(self.mars), "timed_out": self.timed_out}
         out["agree"] = self.agree()
+        out["guaranteed"] = self.guaranteed()
         out["first_difference"] = render.first_difference(self.ar.track.text, self.mars.track.text)
         ar_tps = out["ar"]["stats"]["tokens_per_second"]
         out["speedup"] = out["mars"]["stats"]["tokens_per_second"] / ar_tps if ar_tps else 0.0

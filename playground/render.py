@@ -58,12 +58,38 @@ class TokenTrack:
         self.taus: list[float] = []  # per step
         self._stable = ""
 
-    def add(self, step: int, ids: list[int], confs: list[float], tau: float) -> None:
+    def add(self, step: int, ids: list[int], confs: list[float], tau: float, verified: int = 0) -> None:
+        """One forward's tokens; the first `verified` of them are drafts the forward verified
+        (exact modes), shown apart from the rest (underlined, and said so on hover)."""
         self.ids.extend(ids)
         n = len(ids)
         self.accepted.append(n)
         self.taus.append(float(tau))
-        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        if not ids:
+            self._piece(len(self.ids))
+            return
+        bg, fg = step_colour(step, n, self.block)
+        parts = [(ids[:verified], confs[:verified], True), (ids[verified:], confs[verified:], False)]
+        done = len(self.ids) - n
+        for part, pconf, is_draft in parts:
+            if not part:
+                continue
+            done += len(part)
+            piece = self._piece(done)
+            conf = ", ".join(f"{c:.2f}" for c in pconf)
+            what = (f"{len(part)} verified draft{'s' if len(part) != 1 else ''} (exact: the model's own AR tokens)"
+                    if is_draft else f"{n} token{'s' if n != 1 else ''}" if not verified else
+                    f"{len(part)} more token{'s' if len(part) != 1 else ''} after the verified drafts")
+            title = f"forward {step + 1}: {what}, confidence {conf}, tau {tau:g}"
+            cls = "tok verified" if is_draft else "tok"
+            self.spans.append(  # title on hover; tabindex + data-tip: the same details on tap / focus
+                f'<span class="{cls}" tabindex="0" data-step="{step}" data-n="{n}" title="{html.escape(title)}" '
+                f'data-tip="{html.escape(title)}" style="background:{bg};color:{fg}">{html.escape(piece) or "&#8203;"}</span>'
+            )
+
+    def _piece(self, upto: int) -> str:
+        """The text the ids up to `upto` add to what was shown before (byte-level safe)."""
+        text = self.tok.decode(self.ids[:upto], skip_special_tokens=True)
         stable = text.rstrip(REPLACEMENT)
         if stable.startswith(self._stable):
             piece = stable[len(self._stable):]
@@ -75,22 +101,14 @@ class TokenTrack:
                 common += 1
             piece = stable[common:]
         self._stable = stable
-        if not ids:
-            return
-        bg, fg = step_colour(step, n, self.block)
-        conf = ", ".join(f"{c:.2f}" for c in confs)
-        title = f"forward {step + 1}: {n} token{'s' if n != 1 else ''}, confidence {conf}, tau {tau:g}"
-        self.spans.append(  # title on hover; tabindex + data-tip: the same details on tap / focus
-            f'<span class="tok" tabindex="0" data-step="{step}" data-n="{n}" title="{html.escape(title)}" '
-            f'data-tip="{html.escape(title)}" style="background:{bg};color:{fg}">{html.escape(piece) or "&#8203;"}</span>'
-        )
+        return piece
 
     @property
     def text(self) -> str:
         return self.tok.decode(self.ids, skip_special_tokens=True)
 
 
-def legend_html(block: int) -> str:
+def legend_html(block: int, exact: bool = False) -> str:
     cells = []
     for n in range(1, block + 1):
         chips = "".join(
@@ -98,8 +116,10 @@ def legend_html(block: int) -> str:
         )
         cells.append(f'<span class="leg">{chips}{n}</span>')
     return ('<div class="legend">Colour = the forward pass that produced the token (hues alternate); '
-            f'depth = tokens accepted in it: {"".join(cells)}. Hover or tap a token for its forward and '
-            'confidence.</div>')
+            f'depth = tokens accepted in it: {"".join(cells)}. '
+            + ('<span class="tok verified legend-verified">Underlined</span> = a verified draft (the model checked '
+               'it: exactly its own AR token). ' if exact else '')
+            + 'Hover or tap a token for its forward and confidence.</div>')
 
 
 def counters(forwards: int, tokens: int, seconds: float, elapsed: float = 0.0) -> dict:
@@ -127,6 +147,7 @@ def panel_html(side: str, title: str, model_name: str, track: TokenTrack | None,
     s = stats or counters(0, 0, 0.0)
     body = "".join(track.spans) if track is not None else f'<span class="muted">{html.escape(placeholder)}</span>'
     block = track.block if track is not None else 1
+    exact = track is not None and any('class="tok verified"' in sp for sp in track.spans)
     cnt = (f'<span class="cnt" data-k="forwards">forwards <b>{s["forwards"]}</b></span>'
            f'<span class="cnt" data-k="tokens">tokens <b>{s["tokens"]}</b></span>'
            f'<span class="cnt" data-k="tpf">tokens/forward <b>{s["tokens_per_forward"]:.2f}</b></span>'
@@ -138,7 +159,7 @@ def panel_html(side: str, title: str, model_name: str, track: TokenTrack | None,
             f'<div class="head"><b>{html.escape(title)}</b> <span class="model">{html.escape(model_name)}</span>'
             f' <span class="status">{STATUS_TEXT.get(status, status)}</span></div>'
             f'<div class="counters">{cnt}</div>{note_html}'
-            f'<div class="text">{body}</div>{legend_html(block)}</div>')
+            f'<div class="text">{body}</div>{legend_html(block, exact)}</div>')
 
 
 def speed_html(ar: dict | None, mars: dict | None) -> str:
@@ -198,9 +219,13 @@ def first_difference(a: str, b: str) -> int | None:
 
 
 def compare_html(ar_text: str, mars_text: str, ar_ids: list[int] | None = None,
-                 mars_ids: list[int] | None = None) -> str:
-    """Whether the two outputs agree and, if not, where they first differ."""
+                 mars_ids: list[int] | None = None, guaranteed: bool = False) -> str:
+    """Whether the two outputs agree and, if not, where they first differ. `guaranteed`: the MARS
+    side's mode proves the agreement (lossless decoding of the same model, greedy)."""
     i = first_difference(ar_text, mars_text)
+    if i is None and guaranteed:
+        return ('<div class="compare" data-agree="1" data-guaranteed="1">✓ identical to AR (guaranteed: every '
+                'MARS token is a verified draft or the model\'s own AR token).</div>')
     if i is None:
         return '<div class="compare" data-agree="1">✓ AR and MARS outputs are identical.</div>'
     tok = ""

@@ -20,8 +20,14 @@ def decisions(step: Step, metric: str) -> list[tuple[str, str]]:
     name, op = RULE[metric]
     worse = "<" if op == ">=" else ">"
     out = []
+    v = step.verified
     for j, c in enumerate(step.confidences):
-        if j < step.accepted:
+        if v is not None and j < v:
+            out.append(("accepted", "a draft (a mask prediction of the previous forward), verified: the model's "
+                        "own next-token prediction agrees, so it is exactly the AR token"))
+        elif v is not None and j == v and j < step.accepted:
+            out.append(("accepted", "the model's own AR prediction after the verified drafts (exact)"))
+        elif j < step.accepted:
             why = (f"{name} {c:.2f} {op} tau {step.tau:g}" if ok[j] else
                    "the first prediction is always taken: it is the ordinary AR token")
             if j == 0 and ok[j]:
@@ -55,20 +61,31 @@ def replay_html(side: Side | None, k: int, metric: str = "probability") -> str:
     before = tok.decode(side.track.ids[:step.start], skip_special_tokens=True)
     tail = ("…" if len(before) > 80 else "") + before[-80:]
     masks = "".join('<span class="mask-chip">[MASK]</span>' for _ in range(B - 1))
+    if step.verified is not None:  # exact modes: the forward held drafts and groups of masks
+        masks = f'<span class="mask-chip">{step.verified} verified draft(s) + [MASK] group</span>'
     rows = []
     for j, ((mark, why), tid, c) in enumerate(zip(decisions(step, metric), step.proposed, step.confidences)):
-        where = "after the last real token" if j == 0 else f"mask {j}"
+        v = step.verified
+        if v is None:
+            where = "after the last real token" if j == 0 else f"mask {j}"
+        else:
+            where = f"draft {j + 1}" if j < v else "after the drafts" if j == v else f"mask {j - v}"
         sym = {"accepted": "✓ accepted", "rejected": "✗ rejected", "end": "⏹ end"}[mark]
         rows.append(f'<tr class="pred" data-mark="{mark}"><td>{j + 1}</td><td>{where}</td>'
                     f'<td><code>{html.escape(_tok(tok, tid))}</code></td><td>{c:.3f}</td>'
                     f'<td class="mark">{sym}</td><td>{html.escape(why)}</td></tr>')
     name, op = RULE[metric]
+    if step.verified is None:
+        what = f"tau {step.tau:g} (accept while {name} {op} tau) · {step.accepted} of {B} predictions committed"
+    else:  # exact modes: `proposed` holds the committed tokens only
+        what = (f"{step.accepted} token{'s' if step.accepted != 1 else ''} committed: {step.verified} verified "
+                f"draft{'s' if step.verified != 1 else ''}, then the model's own prediction"
+                + (f" and tokens accepted by tau {step.tau:g}" if step.accepted > step.verified + 1 else ""))
     return (f'<div class="replay" data-steps="{n}" data-step="{k}" data-accepted="{step.accepted}">'
-            f'<div class="replay-head"><b>Forward {k} of {n}</b> · tau {step.tau:g} (accept while {name} {op} tau) · '
-            f'{step.accepted} of {B} predictions committed</div>'
+            f'<div class="replay-head"><b>Forward {k} of {n}</b> · {html.escape(what)}</div>'
             f'<div class="replay-in"><span class="lbl">In:</span> <span class="sofar">{html.escape(tail) or "(the prompt)"}'
             f'</span>{masks}</div>'
-            '<table class="replay-table"><caption>Out: the B predictions of this forward '
+            f'<table class="replay-table"><caption>Out: {"the B predictions of this forward" if step.verified is None else "the tokens this forward committed"} '
             '<span class="muted">(· is a space, ⏎ a new line)</span></caption>'
             '<thead><tr><th scope="col">#</th><th scope="col">read at</th><th scope="col">prediction</th>'
             '<th scope="col">confidence</th><th scope="col">decision</th><th scope="col">why</th></tr></thead>'

@@ -12,7 +12,7 @@ from mars_core.prompts import encode_prompt
 
 from . import fields, render
 from .core import Core
-from .duel import AR_SIDES, Duel
+from .duel import AR_SIDES, MARS_MODES, Duel
 from .errors import guard, plain_message
 from .replay import replay_html
 from .scope import scope_html
@@ -56,7 +56,7 @@ class PlaygroundTab:
 
     # ---- setting up ---------------------------------------------------------------------------
     def _duel(self, prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
-              session: Session) -> Duel:
+              session: Session, mars_mode: str = "mars") -> Duel:
         check_prompt(prompt, self.core.prompt_char_cap(session))
         settings = decode_settings(tau=tau, block_size=block_size, metric=metric, temperature=temperature,
                                    seed=seed, max_new_tokens=max_new_tokens, cache=cache,
@@ -70,7 +70,9 @@ class PlaygroundTab:
             raise ValueError(f"The prompt is {used} tokens long, but the model reads only {context} tokens in all: "
                              f"with {settings['max_new_tokens']} new tokens and B = {settings['block_size']}, "
                              f"a prompt may have at most {max(room, 0)}. Shorten the prompt or lower max new tokens.")
-        return Duel(prompt, settings, ar_side, mars, ar, self.opts.max_seconds)
+        mars_mode = {label: key for key, label in MARS_MODES.items()}.get(mars_mode, mars_mode)
+        same = ar is not None and self.core.same_vocab(ar, mars)
+        return Duel(prompt, settings, ar_side, mars, ar, self.opts.max_seconds, mars_mode, same)
 
     def _steps(self, duel: Duel, session: Session, slow: float):
         session.duel = duel
@@ -97,7 +99,8 @@ class PlaygroundTab:
         ar_name = ar.loaded.name + (" (1 token/step)" if ar.loaded is mars.loaded else "")
         ar_html = render.panel_html("ar", "AR", ar_name, ar.track, ar_stats, ar.status,
                                     " · ".join(x for x in (ar.note, note) if x))
-        mars_html = render.panel_html("mars", f"MARS (B = {mars.track.block})", mars.loaded.name, mars.track,
+        kind = {"mars": "MARS", "lossless": "MARS lossless", "spec": "MARS spec"}[duel.mars_mode]
+        mars_html = render.panel_html("mars", f"{kind} (B = {mars.track.block})", mars.loaded.name, mars.track,
                                       mars_stats, mars.status, note)
         steps = render.steps_chart_html(mars.track.accepted, mars.track.taus, mars.track.block,
                                         TAU_MAX[mars.cfg.metric])
@@ -107,7 +110,7 @@ class PlaygroundTab:
                     '<div class="compare muted">comparing when both finish…</div>', gr.skip(), gr.skip())
         same = self.core.same_vocab(ar.loaded, mars.loaded)
         cmp = render.compare_html(ar.track.text, mars.track.text, ar.track.ids if same else None,
-                                  mars.track.ids if same else None)
+                                  mars.track.ids if same else None, duel.guaranteed())
         n, k = len(mars.steps), _first_rejection(mars)
         words = {"done": "finished", "limit": f"stopped at the token limit ({mars.cfg.max_new_tokens} tokens)",
                  "stopped": "stopped"}
@@ -118,13 +121,13 @@ class PlaygroundTab:
 
     # ---- events -------------------------------------------------------------------------------
     def generate(self, prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
-                 slow_ms, session: Session):
+                 slow_ms, session: Session, mars_mode: str = "mars"):
         """Stream both panels; yields (status, ar_html, mars_html, speed, steps_chart, compare,
         replay_step, replay)."""
         try:
             slow = as_int("slow motion (ms per forward)", slow_ms, 0, self.opts.max_slow_ms) / 1000
             duel = self._duel(prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
-                              session)
+                              session, mars_mode)
         except ValueError as e:
             yield (status_html("error", plain_message(e)),) + (gr.skip(),) * 7
             raise
@@ -140,13 +143,14 @@ class PlaygroundTab:
 
     def api_generate(self, prompt: str, tau: float = 0.95, block_size: int = 4, metric: str = "probability",
                      temperature: float = 0.0, seed: int = 0, max_new_tokens: int = 128, cache: str = "sliding",
-                     ar_side: str = AR_SIDES[0], request: gr.Request = None) -> dict:
+                     ar_side: str = AR_SIDES[0], mars_mode: str = "mars", request: gr.Request = None) -> dict:
         """Decode `prompt` with AR and MARS (the models this session chose with /load_models).
-        Returns per side: model name, text, token ids, accepted tokens per forward and stats;
-        whether the outputs agree, and the speed-up."""
+        `mars_mode`: "mars", "lossless" or "spec" (the AR checkpoint drafts). Returns per side:
+        model name, text, token ids, accepted tokens per forward and stats; whether the outputs
+        agree (and whether the mode guarantees it), and the speed-up."""
         session = self.core.sessions.get(getattr(request, "session_hash", None))
         duel = self._duel(prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
-                          session)
+                          session, mars_mode)
         for _ in duel.run():
             pass
         return duel.summary()
@@ -257,6 +261,8 @@ def add_tab(ui: UI) -> PlaygroundTab:
                     seed = fields.Number(value=0, precision=0, label="seed")
                     ar_side = fields.Radio(list(AR_SIDES), value=AR_SIDES[0] if core.ar else AR_SIDES[1],
                                            label="AR side runs")
+                    mars_mode = fields.Dropdown(list(MARS_MODES.values()), value=MARS_MODES["mars"],
+                                                label="MARS side runs", elem_id="mars-mode")
         speed = gr.HTML(render.speed_html(None, None), elem_id="speed", label="speed")
         with gr.Row(equal_height=False):
             with gr.Column(min_width=300):
@@ -278,7 +284,7 @@ def add_tab(ui: UI) -> PlaygroundTab:
             replay = gr.HTML(replay_html(None, 1), elem_id="replay", label="replay")
         ui.api(guard(ui.gpu(tab.api_generate)), "generate", "result", **ui.decode_limit)
 
-    inputs = [prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side, slow, ui.session]
+    inputs = [prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side, slow, ui.session, mars_mode]
     outputs = [run_status, ar_html, mars_html, speed, steps_chart, compare, step, replay]
     armed = gr.on([gen_btn.click, prompt.submit], tab.arm, None, [stop_btn, run_status], queue=False,
                   js=SCROLL_JS, api_visibility="private")

@@ -83,6 +83,22 @@ def test_tau_one_equals_plain_generate(hf_model, ref):
     assert torch.equal(plain, mars)
 
 
+@pytest.mark.parametrize("kv_cache", [None, "none"])
+def test_lossless_equals_plain_generate(hf_model, ref, kv_cache):
+    _, tok = ref
+    x, mask = batch(tok, PROMPTS)
+    plain = hf_model.generate(input_ids=x, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
+    given = {} if kv_cache is None else dict(kv_cache=kv_cache)
+    out = hf_model.generate(input_ids=x, attention_mask=mask, max_new_tokens=NEW, custom_generate=mars_decoding,
+                            mask_token_id=tok.mask_token_id, mode="lossless", tau=0.5, return_dict_in_generate=True,
+                            **given)
+    assert torch.equal(plain, out.sequences)
+    assert out.accept_counts.max() > 1  # verified drafts: several tokens per forward
+    with pytest.raises(ValueError, match="runs on cache='cursor'"):
+        hf_model.generate(input_ids=x, attention_mask=mask, max_new_tokens=4, custom_generate=mars_decoding,
+                          mask_token_id=tok.mask_token_id, mode="lossless", kv_cache="sliding")
+
+
 def test_sampling_equals_mars_core(ref, hf_model):
     model, tok = ref
     x, mask = batch(tok, PROMPTS[:2])
@@ -143,6 +159,7 @@ def test_tau_control_and_mode_ar(ref, hf_model):
     (dict(output_scores=True), "does not support output_scores=True"),
     (dict(kv_cache="paged"), "unknown cache mode 'paged'"),
     (dict(max_time=30.0), "unsupported stopping criteria: \\['MaxTimeCriteria'\\]"),
+    (dict(mode="spec"), "mode='spec' needs a draft model"),
 ])
 def test_bad_requests_are_clear_errors(ref, hf_model, kwargs, message):
     _, tok = ref

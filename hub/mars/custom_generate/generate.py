@@ -16,7 +16,9 @@ Two entry points, one decoding loop:
 
 Settings come from the call, else from the generation config's `mars` entry (an exported folder
 writes its defaults there), else from `DecodeConfig`. The decoding itself is `decode_steps`, so
-every mode `DecodeConfig` knows works here. What `generate` returns: the sequences (prompt, new
+every mode `DecodeConfig` knows works here but "spec" (it needs a draft model):
+`mode="lossless"` returns greedy `generate`'s tokens exactly, several per forward (on the cursor
+cache unless `kv_cache` names "none"). What `generate` returns: the sequences (prompt, new
 tokens with the EOS that ended a row, padding after it), or with `return_dict_in_generate=True` a
 `MarsGenerateOutput` that adds `accept_counts` (forwards, batch): the tokens each row accepted in
 each forward, 0 where the row was not decoding.
@@ -33,7 +35,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerationMixin
 from transformers.utils import logging
 
-from .config import DecodeConfig, TauControl
+from .config import EXACT_CACHES, DecodeConfig, TauControl
 from .mars_generate import decode_steps
 
 logger = logging.get_logger(__name__)
@@ -160,6 +162,9 @@ def _decode_config(model, gc, input_ids, given: dict, seed, control) -> tuple[De
         if not isinstance(control, TauControl):
             raise ValueError(f"tau_control must be a mars TauControl, got {type(control).__name__}")
         fields_.update(tau=control.tau, metric=control.metric)
+    if fields_.get("mode") in ("lossless", "spec") and given["kv_cache"] is None \
+            and fields_.get("cache") not in EXACT_CACHES:
+        fields_["cache"] = "cursor"  # the exact modes' fast path; a kv_cache the call names is checked as given
     max_new = int(gc.max_length) - input_ids.shape[1]
     allowed = {f.name for f in fields(DecodeConfig)}
     config = DecodeConfig(**{k: v for k, v in fields_.items() if k in allowed}, temperature=temperature,
