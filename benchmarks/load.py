@@ -173,6 +173,7 @@ def parser():
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared CPU, two threads stall on each other's barriers; "
                         "we measured 10x slower forwards with 2 threads while other jobs ran)")
+    p.add_argument("--png", action="store_true", help="also write the figures as PNG (needs kaleido and Chrome)")
     p.add_argument("--output", default="load", help="folder for load.md, load.json and the figures (default ./load)")
     return p
 
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         block = trained_block_size(a.model) or 4
         result = run_load(model, tok, settings, policies, slots, adaptive, block, a.max_new_tokens, a.repeats, progress)
         result["environment"] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "model": a.model}
-        paths = write_outputs(result, a.output)
+        paths = write_outputs(result, a.output, png=a.png)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
