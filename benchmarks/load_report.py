@@ -58,8 +58,7 @@ def timeline_figure(result: dict, height: int = 720):
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=("latency of each request (arrival to last token)",
-                                        "requests in the server (waiting + running)", "tau"))
+                        subplot_titles=("latency of each request", "requests waiting + running", "tau"))
     for r in result["results"]:
         name, color = run_label(r, result), _color(r)
         dash = DASH.get(r["slots"], "solid")
@@ -98,6 +97,7 @@ def front_figure(result: dict, height: int = 420):
         if r["p95_latency"] is None or r["accuracy"] is None:
             continue
         fig.add_scatter(x=[r["p95_latency"]], y=[100 * r["accuracy"]], mode="markers+text", name=run_label(r, result),
+                        cliponaxis=False,
                         text=[run_label(r, result)], textposition="top center",
                         marker=dict(size=12, color=_color(r), symbol="circle-open" if r["slots"] == 1 else "circle"))
     target = result["settings"]["target"]

@@ -1,6 +1,8 @@
 """The page's CSS and the little JavaScript it needs (Enter submits the prompt)."""
 
 CSS = """
+.slider_input_container .min_value, .slider_input_container .max_value {color: #555 !important;}  /* AA contrast */
+#load-run {background: #c2410c !important; border-color: #c2410c !important; color: #fff;}  /* white on it: 5.2:1 */
 .scope {font-size: 15px; line-height: 1.45; padding: 10px 14px; border-radius: 8px; background: #eef4ff;
   color: #111; border: 1px solid #b9cdf5;}
 .scope ul {margin: 4px 0 6px 18px; padding: 0;}

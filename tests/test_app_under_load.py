@@ -26,9 +26,9 @@ def test_run_compares_the_chosen_policy_with_both_fixed_ends(tab):
     assert [tr.name for tr in front.data] == policies
     assert len(timeline.data) == 3 * len(policies)  # latency, queue, tau per policy
     assert calls and all(0 <= c[0] <= 1 for c in calls)
-    assert "What the paper claims" in note and "What this run shows" in note
+    assert "What this run shows" in note and "| policy | p95 latency |" in note
     for p in policies:
-        assert f"**{p}**: p95 latency" in note
+        assert f"**{p}** m" in note
     taus = [tr for tr in timeline.data if tr.name == "fixed 0.7" and tr.line.shape == "hv"][0].y
     assert set(taus) == {0.7}
 
