@@ -72,7 +72,8 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
     core = Core(mars_src, ar_src, opts, quantization=quantization or os.environ.get("MARS_QUANTIZATION", "none"))
     with gr.Blocks(title="MARS Playground", analytics_enabled=False) as demo:
         ui = UI(core)
-        ui.gpu = GPU
+        # ZeroGPU holds a GPU for `duration` s per call: a decode stops itself after max_seconds
+        ui.gpu = lambda fn: GPU(fn, duration=int(opts.max_seconds) + 30)
         gr.Markdown(INTRO)
         status = gr.Markdown(core.model_status(), elem_id="model-status", label="models loaded")
         with gr.Tabs():

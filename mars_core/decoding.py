@@ -83,11 +83,12 @@ class RowRandom:
     Sequence i of a batch is seeded with `seed + i`.
     """
 
-    def __init__(self, n: int, seed: int, device):
+    def __init__(self, n: int, seed: int, device: torch.device | str):
         self.gens = [torch.Generator(device=device).manual_seed(seed + i) for i in range(n)]
         self.device = device
 
     def noise(self, rows: list[int], block: int, vocab: int) -> torch.Tensor:
+        """Uniform (0, 1) noise (len(rows), block, vocab), each row from its own stream."""
         draws = [torch.rand(block, vocab, generator=self.gens[r], device=self.device) for r in rows]
         return torch.stack(draws)  # (len(rows), B, V)
 
@@ -120,14 +121,15 @@ class Rows:
     def tau(self) -> float:
         return self.control.tau
 
-    def accept(self, logits: torch.Tensor, rows: list[int], tau: float):
+    def accept(self, logits: torch.Tensor, rows: list[int],
+               tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Acceptance for the sequences `rows` (original indices); logits (len(rows), B, V)."""
         noise = None
         if self.random is not None:
             noise = self.random.noise(rows, logits.shape[1], logits.shape[2])
         return accept(logits, tau, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
 
-    def commit(self, rows: list[int], tokens, conf, n_accept, tau: float) -> tuple[StepEvent, list[list[int]]]:
+    def commit(self, rows: list[int], tokens: torch.Tensor, conf: torch.Tensor, n_accept: torch.Tensor, tau: float) -> tuple[StepEvent, list[list[int]]]:
         """Record one forward for the decoding sequences `rows` (original indices).
 
         tokens, conf: (R, B); n_accept: (R,). Accepted tokens are cut at the first stop id and
@@ -194,7 +196,7 @@ def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
     return take, hit | (take >= remaining)
 
 
-def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad to one length: ids (N, L) long and valid (N, L) bool."""
     width = max((len(s) for s in seqs), default=0)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)

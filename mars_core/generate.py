@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 from .config import DecodeConfig, TauControl, check_tau
 from .decode_block import decode_block
@@ -13,6 +13,9 @@ from .decoding import DecodeStats, Rows, StepEvent
 from .masks import require_sdpa
 from .prompts import check_context, check_prompts, encode_prompt, special_ids
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 @dataclass
 class GenerateResult:
@@ -22,7 +25,7 @@ class GenerateResult:
     stats: DecodeStats
 
 
-def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeConfig,
+def decode_steps(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[list[int]], config: DecodeConfig,
                  control: TauControl | None = None) -> tuple[Rows, Iterator[StepEvent]]:
     """Set up a decode of already-tokenised prompts; returns the rows and the step iterator."""
     if not isinstance(config, DecodeConfig):
@@ -47,7 +50,7 @@ def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeCo
     return rows, steps
 
 
-def generate(model, tokenizer, prompts: list[str], config: DecodeConfig,
+def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], config: DecodeConfig,
              control: TauControl | None = None, chat: bool = True) -> GenerateResult:
     """Decode a batch of prompts to completion. Each row decodes exactly as it would alone."""
     prompts = check_prompts(prompts)
@@ -59,7 +62,7 @@ def generate(model, tokenizer, prompts: list[str], config: DecodeConfig,
     return GenerateResult(rows.out, texts, rows.conf, rows.stats)
 
 
-def stream(model, tokenizer, prompt: str, config: DecodeConfig,
+def stream(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str, config: DecodeConfig,
            control: TauControl | None = None, chat: bool = True) -> Iterator[StepEvent]:
     """Yield one `StepEvent` per forward for a single prompt (index 0 of each field).
 

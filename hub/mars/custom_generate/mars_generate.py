@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 from .config import DecodeConfig, TauControl, check_tau
 from .decode_block import decode_block
@@ -12,7 +12,11 @@ from .decode_cursor import decode_cursor
 from .decode_reference import decode_reference
 from .decode_sliding import decode_sliding
 from .decoding import DecodeStats, Rows, StepEvent
-from .prompts import check_prompts, encode_prompt, special_ids
+from .masks import require_sdpa
+from .prompts import check_context, check_prompts, encode_prompt, special_ids
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass
@@ -23,11 +27,7 @@ class GenerateResult:
     stats: DecodeStats
 
 
-def _context_limit(model) -> int | None:
-    return getattr(model.config, "max_position_embeddings", None)
-
-
-def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeConfig,
+def decode_steps(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[list[int]], config: DecodeConfig,
                  control: TauControl | None = None) -> tuple[Rows, Iterator[StepEvent]]:
     """Set up a decode of already-tokenised prompts; returns the rows and the step iterator."""
     if not isinstance(config, DecodeConfig):
@@ -36,16 +36,8 @@ def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeCo
         control = TauControl(config.tau, config.metric)
     elif control.metric != config.metric:
         raise ValueError(f"TauControl metric {control.metric!r} differs from config metric {config.metric!r}")
-    limit = _context_limit(model)
-    for i, ids in enumerate(prompt_ids):
-        if not ids:
-            raise ValueError(f"prompt {i} encodes to no tokens")
-        need = len(ids) + config.max_new_tokens + config.effective_block_size
-        if limit is not None and need > limit:
-            raise ValueError(
-                f"prompt {i} has {len(ids)} tokens; with max_new_tokens={config.max_new_tokens} "
-                f"it needs {need} positions but the model has {limit}"
-            )
+    check_context(model, prompt_ids, config.max_new_tokens, config.effective_block_size)
+    require_sdpa(model)
     mask_id, pad_id, stop_ids = special_ids(model, tokenizer)
     device = next(model.parameters()).device
     rows = Rows(prompt_ids, config, control, stop_ids, device)
@@ -60,7 +52,7 @@ def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeCo
     return rows, steps
 
 
-def generate(model, tokenizer, prompts: list[str], config: DecodeConfig,
+def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], config: DecodeConfig,
              control: TauControl | None = None, chat: bool = True) -> GenerateResult:
     """Decode a batch of prompts to completion. Each row decodes exactly as it would alone."""
     prompts = check_prompts(prompts)
@@ -72,7 +64,7 @@ def generate(model, tokenizer, prompts: list[str], config: DecodeConfig,
     return GenerateResult(rows.out, texts, rows.conf, rows.stats)
 
 
-def stream(model, tokenizer, prompt: str, config: DecodeConfig,
+def stream(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str, config: DecodeConfig,
            control: TauControl | None = None, chat: bool = True) -> Iterator[StepEvent]:
     """Yield one `StepEvent` per forward for a single prompt (index 0 of each field).
 
