@@ -27,6 +27,9 @@ class DecodeStats:
     row_forwards:      sum over forwards of the sequences that were decoding in it (an idle or
                        finished sequence in a batch is not counted); equals `forwards` at batch 1
     accepted_per_step: for every forward, the tokens each sequence accepted (0: not decoding)
+    drafted:           drafts verified ("lossless", "spec"), summed over sequences
+    accepted_drafts:   of those, the drafts the verification accepted
+    draft_forwards:    forwards of the draft model ("spec")
     """
 
     forwards: int = 0
@@ -35,11 +38,24 @@ class DecodeStats:
     row_forwards: int = 0
     seconds: float = 0.0
     accepted_per_step: list[list[int]] = field(default_factory=list)
+    drafted: int = 0
+    accepted_drafts: int = 0
+    draft_forwards: int = 0
 
     @property
     def tokens_per_forward(self) -> float:
-        """Tokens per forward per sequence (the paper's T/F)."""
+        """Tokens per forward per sequence (the paper's T/F); in "spec", per target forward."""
         return self.tokens / self.row_forwards if self.row_forwards else 0.0
+
+    @property
+    def tokens_per_target_forward(self) -> float:
+        """The same figure under the name speculative decoding uses (draft forwards not counted)."""
+        return self.tokens_per_forward
+
+    @property
+    def draft_acceptance(self) -> float:
+        """Share of the verified drafts that were accepted."""
+        return self.accepted_drafts / self.drafted if self.drafted else 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -77,6 +93,9 @@ class StepEvent:
     # (empty for a sequence that did not decode in it); what a step-by-step replay shows
     proposed: list[list[int]] = field(default_factory=list)
     proposed_confidences: list[list[float]] = field(default_factory=list)
+    # per sequence, how many of `tokens` are verified drafts (they come first); the next one is
+    # the model's own AR token and any after it were accepted by tau. None: no drafts in this mode
+    verified: list[int] | None = None
 
 
 class RowRandom:
@@ -131,18 +150,24 @@ class Rows:
             noise = self.random.noise(rows, logits.shape[1], logits.shape[2])
         return accept(logits, tau, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
 
-    def commit(self, rows: list[int], tokens: torch.Tensor, conf: torch.Tensor, n_accept: torch.Tensor, tau: float) -> tuple[StepEvent, list[list[int]]]:
+    def commit(self, rows: list[int], tokens: torch.Tensor, conf: torch.Tensor, n_accept: torch.Tensor, tau: float,
+               extra: torch.Tensor | None = None) -> tuple[StepEvent, list[list[int]]]:
         """Record one forward for the decoding sequences `rows` (original indices).
 
         tokens, conf: (R, B); n_accept: (R,). Accepted tokens are cut at the first stop id and
         at `max_new_tokens`. Returns the event and, per row of `rows`, the ids to feed back.
+        `extra` (R, m), optional, travels to the host in the same sync: `self.synced` then holds
+        its rows as lists of floats.
         """
         B = tokens.shape[1]
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
         take, done = cut(tokens, n_accept, self.stop_ids, remaining)
-        packed = torch.cat([tokens.double(), conf.double(), take[:, None].double(),
-                            done[:, None].double()], dim=1).tolist()  # the one host sync
+        cols = [tokens.double(), conf.double(), take[:, None].double(), done[:, None].double()]
+        if extra is not None:
+            cols.append(extra.double())
+        packed = torch.cat(cols, dim=1).tolist()  # the one host sync
+        self.synced = [row[2 * B + 2:] for row in packed]
         counts = [0] * len(self.prompts)
         feed = []
         ev_tokens = [[] for _ in self.prompts]
