@@ -138,12 +138,23 @@ def load_checkpoint(accelerator, config: TrainConfig, path: str) -> TrainState:
     return TrainState(**{k: v for k, v in saved.items() if k in fields})
 
 
-def write_json(path: str, payload: dict) -> None:
-    """Write JSON through a temp file + rename, so readers never see half a file."""
+def write_text(path: str, text: str) -> bool:
+    """Write `text` through a temp file + rename, so readers never see half a file. A file that
+    already holds `text` is left untouched (a resumed build rewrites nothing); returns whether it wrote."""
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return False
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2)
+        f.write(text)
     os.replace(tmp, path)
+    return True
+
+
+def write_json(path: str, payload: dict) -> bool:
+    """`write_text` of `payload` as indented JSON."""
+    return write_text(path, json.dumps(payload, indent=2))
 
 
 def trim_log(output: str, step: int) -> None:

@@ -10,7 +10,6 @@ other in one process after a warm-up. Tokens per forward are counted, not estima
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -24,6 +23,7 @@ from mars_core import DecodeConfig, generate, load_model
 from mars_core.config import CACHES, METRICS
 from mars_core.lists import list_arg
 from tasks.synthetic import make_examples, score
+from training.checkpoint import write_json
 
 DEFAULT_TAUS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
 
@@ -131,11 +131,13 @@ def frontier_figure(result: dict):
 def write_outputs(result: dict, output_dir: str) -> dict:
     """eval.json and frontier.html (+ frontier.png when image export works) in output_dir."""
     os.makedirs(output_dir, exist_ok=True)
-    paths = {"json": os.path.join(output_dir, "eval.json"), "html": os.path.join(output_dir, "frontier.html")}
-    tmp = paths["json"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, paths["json"])
+    write_json(os.path.join(output_dir, "eval.json"), result)
+    return {"json": os.path.join(output_dir, "eval.json"), **write_frontier(result, output_dir)}
+
+
+def write_frontier(result: dict, output_dir: str) -> dict:
+    """frontier.html (+ frontier.png when image export works) in output_dir."""
+    paths = {"html": os.path.join(output_dir, "frontier.html")}
     fig = frontier_figure(result)
     fig.write_html(paths["html"], include_plotlyjs="cdn")
     try:  # kaleido needs a Chrome; export is a bonus, the HTML is the figure

@@ -1,10 +1,12 @@
 """Model cards for the bundled models, written from what the build measured (nothing typed in)."""
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
 
 from tasks import synthetic as syn
+from training.checkpoint import write_text
 from training.evaluate import summary_table
 
 
@@ -110,8 +112,8 @@ def write_cards(output: str, recipe, summaries: dict, result: dict, ablations: l
     eval_dir = os.path.join(output, "eval")
     for name, (title, summary) in texts.items():
         folder = os.path.join(output, name)
-        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-            f.write(card(title, summary, recipe, summaries, result, ablations))
+        write_text(os.path.join(folder, "README.md"), card(title, summary, recipe, summaries, result, ablations))
         for extra in ("eval.json", "frontier.html", "frontier.png"):
-            if os.path.isfile(os.path.join(eval_dir, extra)):
-                shutil.copy2(os.path.join(eval_dir, extra), os.path.join(folder, extra))
+            src, dst = os.path.join(eval_dir, extra), os.path.join(folder, extra)
+            if os.path.isfile(src) and not (os.path.isfile(dst) and filecmp.cmp(src, dst, shallow=False)):
+                shutil.copy2(src, dst)
