@@ -5,7 +5,7 @@ import filecmp
 import os
 import shutil
 
-from tasks import synthetic as syn
+from tasks import families as syn
 from training.checkpoint import write_text
 from training.evaluate import summary_table
 
