@@ -34,6 +34,7 @@ import torch
 
 from mars_core.lists import list_arg
 from mars_core.loading import DTYPES
+from mars_core.prompts import context_limit
 
 DEFAULT_MODEL = "assets/models/tiny-mars-b4"
 # published configs (model cards / config.json of each family), no weights needed
@@ -170,7 +171,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     try:
         model, name = build_model(args)
-        limit = getattr(model.config, "max_position_embeddings", None)
+        limit = context_limit(model)
         if limit is not None and args.context + max(args.new_tokens) > limit:
             raise ValueError(f"--context {args.context} + {max(args.new_tokens)} new tokens exceeds the model's {limit} positions")
     except ValueError as e:

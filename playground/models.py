@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mars_core import load_model
 from mars_core.loading import is_local_path, trained_block_size
+from mars_core.prompts import context_limit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED_MARS = os.path.join(ROOT, "assets", "models", "tiny-mars-b4")
@@ -119,7 +120,7 @@ class Loaded:
 
     @property
     def context(self) -> int | None:
-        return getattr(self.model.config, "max_position_embeddings", None)
+        return context_limit(self.model)
 
     @property
     def trained_block_size(self) -> int | None:
