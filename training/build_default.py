@@ -18,6 +18,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, replace
+from typing import Callable, Iterable
 
 import torch
 
@@ -80,7 +81,7 @@ def complete(folder: str) -> bool:
         return json.load(f).get("status") == "finished"
 
 
-def stage(cfg: TrainConfig, log) -> dict:
+def stage(cfg: TrainConfig, log: Callable[[str], None]) -> dict:
     """Train one stage unless done; resume from its checkpoints when a previous try stopped."""
     if complete(cfg.output):
         with open(os.path.join(cfg.output, "training_config.json"), encoding="utf-8") as f:
@@ -104,7 +105,7 @@ def stage(cfg: TrainConfig, log) -> dict:
     return summary
 
 
-def build(output: str, recipe: Recipe, threads: int | None = None, log=print) -> dict:
+def build(output: str, recipe: Recipe, threads: int | None = None, log: Callable[[str], None] = print) -> dict:
     os.makedirs(output, exist_ok=True)
     t0 = time.perf_counter()
     built = []  # outputs this invocation trained or evaluated; none -> a no-op that rewrites nothing
@@ -114,7 +115,7 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log=print) ->
             built.append(cfg.output)
         return stage(cfg, log)
 
-    def evaluation(path: str, models: dict[str, str], settings: dict, run) -> dict:
+    def evaluation(path: str, models: dict[str, str], settings: dict, run: Callable[[], dict]) -> dict:
         return cached_eval(path, models, settings, lambda: built.append(path) or run())
     tok_dir = os.path.join(output, "tokenizer")
     if not os.path.isfile(os.path.join(tok_dir, "tokenizer.json")):
@@ -176,7 +177,7 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log=print) ->
     return record
 
 
-def eval_digest(folders, settings: dict) -> str:
+def eval_digest(folders: Iterable[str], settings: dict) -> str:
     """sha256 over the weights of `folders` and the evaluation settings: what a result depends on."""
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for folder in folders:
@@ -186,7 +187,7 @@ def eval_digest(folders, settings: dict) -> str:
     return h.hexdigest()
 
 
-def cached_eval(path: str, models: dict[str, str], settings: dict, run) -> dict:
+def cached_eval(path: str, models: dict[str, str], settings: dict, run: Callable[[], dict]) -> dict:
     """Evaluation results survive an interrupted build: reuse `path` when it holds the result for
     these weights and settings, so a retrained model is never shown with its predecessor's numbers."""
     digest = eval_digest(models.values(), settings)

@@ -4,10 +4,14 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 from tasks import families as syn
 from training.checkpoint import write_text
 from training.evaluate import summary_table
+
+if TYPE_CHECKING:
+    from training.build_default import Recipe
 
 
 def _family_table(runs: list[dict]) -> str:
@@ -31,7 +35,7 @@ def _training_lines(summaries: dict) -> str:
     return "\n".join(lines)
 
 
-def card(title: str, summary: str, recipe, summaries: dict, result: dict, ablations: list[dict]) -> str:
+def card(title: str, summary: str, recipe: Recipe, summaries: dict, result: dict, ablations: list[dict]) -> str:
     r = recipe
     main_runs = [x for x in result["runs"] if x["mode"] == "ar" or x["tau"] in (1.0, 0.95)]
     steps_note = "" if r.ablation_steps == r.mars_steps else (
@@ -98,7 +102,7 @@ The speed-quality frontier: `frontier.html` (and `frontier.png` where it could b
 """
 
 
-def write_cards(output: str, recipe, summaries: dict, result: dict, ablations: list[dict]) -> None:
+def write_cards(output: str, recipe: Recipe, summaries: dict, result: dict, ablations: list[dict]) -> None:
     ar_name, mars_name = "tiny-ar-sft", f"tiny-mars-b{recipe.block_size}"
     texts = {
         ar_name: ("tiny-ar-sft: the AR baseline",
