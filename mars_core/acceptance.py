@@ -81,5 +81,5 @@ def accept(
     ok[:, 0] = True  # the first prediction is the AR one: always taken
     n_accept = ok.long().cumprod(dim=1).sum(dim=1)  # (N,)
     if max_accept is not None:
-        pass
+        n_accept = n_accept.clamp(max=max_accept)
     return tokens, conf, n_accept
