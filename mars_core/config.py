@@ -13,6 +13,7 @@ from dataclasses import dataclass
 MODES = ("ar", "mars")
 CACHES = ("none", "sliding", "block", "cursor")
 METRICS = ("probability", "entropy", "margin")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def check_tau(tau: float, metric: str) -> float:
@@ -53,6 +54,10 @@ class DecodeConfig:
     temperature:      0 is greedy; > 0 samples (seeded per sequence by `seed`).
     max_new_tokens:   generated tokens per sequence, EOS excluded from the count's cap.
     max_accept:       optional cap on tokens accepted per step (None: block_size).
+    compile:          False (eager), True, or a `torch.compile` mode (one of COMPILE_MODES):
+                      the cursor cache's static-shape path (`decode_compiled`), compiled once
+                      per batch-size bucket. True picks "reduce-overhead" (CUDA graphs) on a
+                      CUDA device and "default" elsewhere. Needs cache="cursor".
     """
 
     mode: str = "mars"
@@ -65,6 +70,7 @@ class DecodeConfig:
     max_new_tokens: int = 256
     seed: int = 0
     max_accept: int | None = None
+    compile: bool | str = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -83,6 +89,10 @@ class DecodeConfig:
                 f"cache_block_size ({self.cache_block_size}) must be >= block_size "
                 f"({self.block_size}) for the block-level cache"
             )
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be True, False or one of {', '.join(COMPILE_MODES)}; got {self.compile!r}")
+        if self.compile and self.cache != "cursor":
+            raise ValueError(f"compile needs cache=\"cursor\" (the static-shape path), got cache={self.cache!r}")
         t = self.temperature
         if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")

@@ -133,12 +133,14 @@ class Rows:
         tokens, conf: (R, B); n_accept: (R,). Accepted tokens are cut at the first stop id and
         at `max_new_tokens`. Returns the event and, per row of `rows`, the ids to feed back.
         """
-        B = tokens.shape[1]
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
         take, done = cut(tokens, n_accept, self.stop_ids, remaining)
-        packed = torch.cat([tokens.double(), conf.double(), take[:, None].double(),
-                            done[:, None].double()], dim=1).tolist()  # the one host sync
+        return self.record(rows, pack(tokens, conf, take, done).tolist(), tau)  # the one host sync
+
+    def record(self, rows: list[int], packed: list[list[float]], tau: float) -> tuple[StepEvent, list[list[int]]]:
+        """The host half of `commit`: `packed` holds one `pack`ed row per sequence of `rows`."""
+        B = (len(packed[0]) - 2) // 2 if packed else 0
         counts = [0] * len(self.prompts)
         feed = []
         ev_tokens = [[] for _ in self.prompts]
@@ -192,6 +194,12 @@ def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
     first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
     take = torch.minimum(first_stop, remaining)
     return take, hit | (take >= remaining)
+
+
+def pack(tokens: torch.Tensor, conf: torch.Tensor, take: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    """One step's outcome as one tensor, so that the host reads it with a single sync:
+    (R, 2B + 2) float64 = [tokens (B) | confidences (B) | take | done] (token ids are exact in float64)."""
+    return torch.cat([tokens.double(), conf.double(), take[:, None].double(), done[:, None].double()], dim=1)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,6 +6,7 @@ from typing import Iterator
 
 from .config import DecodeConfig, TauControl, check_tau
 from .decode_block import decode_block
+from .decode_compiled import decode_compiled
 from .decode_cursor import decode_cursor
 from .decode_reference import decode_reference
 from .decode_sliding import decode_sliding
@@ -40,6 +41,8 @@ def decode_steps(model, tokenizer, prompt_ids: list[list[int]], config: DecodeCo
         steps = decode_reference(model, rows, mask_id, pad_id)
     elif config.cache == "sliding":
         steps = decode_sliding(model, rows, mask_id, pad_id)
+    elif config.cache == "cursor" and config.compile:
+        steps = decode_compiled(model, rows, mask_id, pad_id)
     elif config.cache == "cursor":
         steps = decode_cursor(model, rows, mask_id, pad_id)
     else:
