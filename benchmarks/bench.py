@@ -30,6 +30,7 @@ from mars_core.config import METRICS, check_tau
 from mars_core.lists import list_arg
 from mars_core.loading import DTYPES, trained_block_size
 
+from . import methods_exact  # noqa: F401  (registers mars-lossless, spec, spec-mars, hf-assisted)
 from .measure import DEFAULT_AR, DEFAULT_MARS, benchmark
 from .methods import ar_baselines, default_methods, method_list, methods_doc, methods_help
 from .report import table, write_outputs
@@ -56,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", type=list_arg(str), default=default_methods(), help=methods_help())
     p.add_argument("--max-new-tokens", type=int, default=128, help="generated tokens per prompt, at most (default 128)")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per method, interleaved (default 3)")
+    p.add_argument("--draft-model", default=DEFAULT_AR,
+                   help=f"draft model of spec, spec-mars and hf-assisted (default {DEFAULT_AR}: the AR model)")
+    p.add_argument("--draft-tokens", type=int, default=4, help="K, tokens the draft proposes per step (default 4)")
     p.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, fixed for the whole run (default 2)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -68,7 +72,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     a = p.parse_args(argv)
-    for name, minimum in (("n", 1), ("max_new_tokens", 1), ("repeats", 1), ("prompt_lookup_tokens", 1), ("threads", 1)):
+    for name, minimum in (("n", 1), ("max_new_tokens", 1), ("repeats", 1), ("prompt_lookup_tokens", 1), ("threads", 1),
+                          ("draft_tokens", 1)):
         if getattr(a, name) < minimum:
             p.error(f"--{name.replace('_', '-')} must be >= {minimum}, got {getattr(a, name)}")
     if a.block_size is None:

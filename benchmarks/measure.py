@@ -146,7 +146,7 @@ def _row(m: Method, tau, bs: int, reps: list[dict], tok, items: list[dict]) -> d
         tokens_per_forward=tokens / first["row_forwards"] if first["row_forwards"] else 0.0,
         model_calls=first["calls"], accuracy=(sum(scored) / len(scored)) if scored else None,
         deterministic=all(r["ids"] == first["ids"] for r in reps), _ids=first["ids"],
-        _text0=texts[0] if texts else "", _baseline=m.baseline, _reference=m.reference)
+        _text0=texts[0] if texts else "", _baseline=m.baseline, _reference=m.reference, _exact=m.exact)
 
 
 def benchmark(args) -> dict:
@@ -196,7 +196,8 @@ def compare(results: list[dict]) -> None:
 
     Speed-up is tokens/s over the fastest baseline row (AR with KV cache) at the same batch size;
     `same_as_ref` is the fraction of prompts whose output equals, token for token, the reference
-    of its model (the AR reference; for MARS the reference row at the same tau).
+    of its model (the AR reference; for MARS the reference row at the same tau, and for the exact
+    rows, lossless and speculative, the MARS model's AR reference whatever their tau).
     """
     ok = [r for r in results if r.get("status") == "ok"]
     for bs in {r["batch_size"] for r in ok}:
@@ -210,6 +211,7 @@ def compare(results: list[dict]) -> None:
         for r in group:
             r["baseline"] = base["method"] if base else None
             r["speedup"] = r["tokens_per_second"] / base["tokens_per_second"] if base and base["tokens_per_second"] else None
-            ref = refs.get((r["model"], r["tau"] if r["model"] == "mars" else None))
+            ref_tau = r["tau"] if r["model"] == "mars" and not r.get("_exact") else None  # exact rows: AR's output
+            ref = refs.get((r["model"], ref_tau))
             r["same_as_ref"] = (sum(a == b for a, b in zip(r["_ids"], ref["_ids"])) / len(ref["_ids"])
                                 if ref is not None and ref["_ids"] else None)

@@ -37,6 +37,7 @@ class Method:
     warm_every_chunk: bool = False  # warm up on every chunk (compile: every shape before the clock runs)
     baseline: bool = False  # an AR-with-KV-cache row: speed-up is over the fastest of these
     reference: bool = False  # the token reference of its model (per tau for MARS)
+    exact: bool = False  # output must equal its model's AR reference at any tau (lossless, spec)
     note: Callable[[object], str | None] | None = None  # a note for the report, given the CLI args
     help: str = ""
     state: dict = field(default_factory=dict)  # e.g. {"error": "..."} once it has failed

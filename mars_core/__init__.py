@@ -7,6 +7,7 @@
 """
 from .acceptance import accept
 from .config import DecodeConfig, TauControl
+from .custom_generate import mars_decoding
 from .decoding import DecodeStats, StepEvent
 from .generate import GenerateResult, decode_steps, generate, stream
 from .loading import load_model
@@ -15,5 +16,6 @@ from .masks import mars_training_mask
 
 __all__ = [
     "DecodeConfig", "DecodeStats", "GenerateResult", "MarsLoss", "StepEvent", "TauControl",
-    "accept", "decode_steps", "generate", "load_model", "mars_loss", "mars_training_mask", "stream",
+    "accept", "decode_steps", "generate", "load_model", "mars_decoding", "mars_loss", "mars_training_mask",
+    "stream",
 ]

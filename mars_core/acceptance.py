@@ -12,7 +12,8 @@ import torch
 from .config import check_tau
 
 
-def choose_tokens(logits: torch.Tensor, temperature: float, noise: torch.Tensor | None = None):
+def choose_tokens(logits: torch.Tensor, temperature: float,
+                  noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick a token per position and return (tokens, probs).
 
     logits: (N, B, V). temperature 0 is greedy. For sampling, `noise` is (N, B, V) uniform in
@@ -65,7 +66,7 @@ def accept(
     temperature: float = 0.0,
     noise: torch.Tensor | None = None,
     max_accept: int | None = None,
-):
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-to-right acceptance over a block.
 
     logits: (N, B, V) predictions for the B next positions of N sequences.

@@ -10,7 +10,10 @@ import math
 import threading
 from dataclasses import dataclass
 
-MODES = ("ar", "mars")
+MODES = ("ar", "mars", "lossless", "spec")
+EXACT_CACHES = ("none", "cursor")
+DRAFT_GROUPS = ("all", "last", "ends")  # the caches that "lossless" and "spec" run on
+MAX_DRAFT_TOKENS = 32  # K beyond this only widens the verify forward: acceptance decays geometrically
 CACHES = ("none", "sliding", "block", "cursor")
 METRICS = ("probability", "entropy", "margin")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -38,8 +41,12 @@ def check_tau(tau: float, metric: str) -> float:
 class DecodeConfig:
     """How to decode.
 
-    mode:             "ar" (one token per forward) or "mars" (a block of `block_size` predictions
-                      per forward, accepted left to right while confident).
+    mode:             "ar" (one token per forward), "mars" (a block of `block_size` predictions
+                      per forward, accepted left to right while confident), "lossless" (the
+                      model's own mask predictions are drafts that the next forward verifies:
+                      exactly AR decoding's output; see `decode_exact`) or "spec" (a draft model
+                      proposes `draft_tokens` tokens that the target verifies; a MARS target adds
+                      tokens by the tau rule after the accepted drafts, the paper's section 4.6).
     tau:              acceptance threshold. probability / margin: accept while conf >= tau, in
                       [0, 1]; entropy: accept while H <= tau (nats), >= 0. The strictest setting
                       (tau = 1 for probability / margin, tau = 0 for entropy) accepts exactly one
@@ -57,7 +64,21 @@ class DecodeConfig:
     compile:          False (eager), True, or a `torch.compile` mode (one of COMPILE_MODES):
                       the cursor cache's static-shape path (`decode_compiled`), compiled once
                       per batch-size bucket. True picks "reduce-overhead" (CUDA graphs) on a
-                      CUDA device and "default" elsewhere. Needs cache="cursor".
+                      CUDA device and "default" elsewhere. Needs cache="cursor" and mode
+                      "ar" or "mars".
+    draft_tokens:     K, tokens the draft model proposes per step ("spec"), 1..MAX_DRAFT_TOKENS.
+    draft_block_size: 1: the draft model decodes AR; > 1: it decodes with MARS (its mask
+                      predictions kept while its top-1 probability passes `draft_tau`).
+    draft_tau:        the draft's MARS threshold (probability metric, [0, 1]).
+    draft_groups:     the mask groups a "lossless" / "spec" forward carries: "last" (one group,
+                      after the last draft: new drafts or extra tokens only when every draft was
+                      accepted), "all" (one after every possible accept count, the spec's layout)
+                      or "ends" (after none and after all drafts accepted). "last" is the fastest
+                      on the bundled model (docs/lossless.md); the output of "lossless" never
+                      depends on it.
+
+    "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
+    not used by "lossless" (its output never depends on it).
     """
 
     mode: str = "mars"
@@ -71,6 +92,10 @@ class DecodeConfig:
     seed: int = 0
     max_accept: int | None = None
     compile: bool | str = False
+    draft_tokens: int = 4
+    draft_block_size: int = 1
+    draft_tau: float = 0.95
+    draft_groups: str = "last"
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -93,6 +118,20 @@ class DecodeConfig:
             raise ValueError(f"compile must be True, False or one of {', '.join(COMPILE_MODES)}; got {self.compile!r}")
         if self.compile and self.cache != "cursor":
             raise ValueError(f"compile needs cache=\"cursor\" (the static-shape path), got cache={self.cache!r}")
+        if self.compile and self.mode not in ("ar", "mars"):
+            raise ValueError(f"compile runs modes \"ar\" and \"mars\"; mode={self.mode!r} runs eagerly (compile=False)")
+        _check_int("draft_tokens", self.draft_tokens, 1)
+        if self.draft_tokens > MAX_DRAFT_TOKENS:
+            raise ValueError(f"draft_tokens must be <= {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
+        _check_int("draft_block_size", self.draft_block_size, 1)
+        check_tau(self.draft_tau, "probability")
+        if self.draft_groups not in DRAFT_GROUPS:
+            raise ValueError(f"unknown draft_groups {self.draft_groups!r}; allowed: {', '.join(DRAFT_GROUPS)}")
+        if self.mode in ("lossless", "spec") and self.cache not in EXACT_CACHES:
+            raise ValueError(
+                f"mode={self.mode!r} runs on cache='cursor' (fast) or cache='none' (the reference), "
+                f"got cache={self.cache!r}"
+            )
         t = self.temperature
         if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
@@ -101,6 +140,15 @@ class DecodeConfig:
     def effective_block_size(self) -> int:
         """Predictions per forward: 1 for AR, block_size for MARS."""
         return 1 if self.mode == "ar" else self.block_size
+
+    @property
+    def lookahead(self) -> int:
+        """Positions past the committed text that one forward may use (the context check)."""
+        if self.mode == "lossless":
+            return 2 * self.block_size - 1  # B - 1 drafts, then a group of B - 1 masks
+        if self.mode == "spec":
+            return self.draft_tokens + max(self.block_size, self.draft_block_size)
+        return self.effective_block_size
 
 
 def _check_int(name: str, value, minimum: int) -> None:

@@ -201,7 +201,7 @@ def decode_compiled(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[St
                 state = [t.clone() for t in state]
             packed = packed.tolist()  # the one host sync
             mine = [(r, p) for r, p in zip(order, packed) if r in live]
-            event, _ = rows.record([r for r, _ in mine], [p for _, p in mine], tau)
+            event, _ = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B)
             rows.still_active()
             n_live = len(rows.active)
             if 0 < n_live <= len(order) // 2:

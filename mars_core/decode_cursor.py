@@ -29,12 +29,15 @@ buffers per finishing event, not per step).
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 from transformers.cache_utils import Cache
 
 from .decoding import Rows, StepEvent
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class CursorCache(Cache):
@@ -73,7 +76,10 @@ class CursorCache(Cache):
         self.values.append(torch.zeros((self.batch, H, self.capacity, value_states.shape[-1]),
                                        dtype=value_states.dtype, device=value_states.device))
 
-    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write a layer's new key/values (R, H, W, D) at the planned slots; return its keys and
+        values over the attended slots, (R, H, L, D) each (views of the buffers)."""
         if layer_idx == len(self.keys):
             self._alloc(key_states, value_states)
         R = key_states.shape[0]  # the forward's rows are the buffer's first R rows
@@ -117,7 +123,7 @@ class CursorCache(Cache):
         self.keys, self.values = [], []
 
 
-def cursor_forward(model, cache: CursorCache, feed: list[list[int]], cursor: list[int],
+def cursor_forward(model: PreTrainedModel, cache: CursorCache, feed: list[list[int]], cursor: list[int],
                    predictions: int, mask_id: int, pad_id: int) -> torch.Tensor:
     """One forward of R rows at their own cursors; returns the logits (R, predictions, V).
 
@@ -144,7 +150,10 @@ def cursor_forward(model, cache: CursorCache, feed: list[list[int]], cursor: lis
 
 
 @torch.no_grad()
-def decode_cursor(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+def decode_cursor(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward until every row of `rows` stops; the tokens land in
+    `rows.out`. model: a causal LM under sdpa attention; each forward reads logits (R, B, V) for
+    the R rows still decoding. mask_id: the [MASK] id; pad_id: fills slots no query attends to."""
     B = rows.block
     dev = rows.device
     longest = max(len(p) for p in rows.prompts)

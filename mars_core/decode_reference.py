@@ -7,16 +7,22 @@ the same columns for every row. The fast decoders are tested against this one to
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 
 from .decoding import Rows, StepEvent, left_pad, positions
 from .masks import causal_mask
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 @torch.no_grad()
-def decode_reference(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+def decode_reference(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward until every row of `rows` stops; the tokens land in
+    `rows.out`. model: a causal LM under sdpa attention; each forward reads logits (R, B, V) for
+    the R rows still decoding. mask_id: the [MASK] id; pad_id: fills slots no query attends to."""
     B = rows.block
     while rows.running():
         tau = rows.tau()

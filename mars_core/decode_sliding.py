@@ -13,7 +13,7 @@ that finish are dropped from the batch (and the cache).
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
@@ -22,9 +22,15 @@ from .decoding import Rows, StepEvent, left_pad, positions
 from .kv import prefill, select
 from .masks import causal_mask
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 @torch.no_grad()
-def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+def decode_sliding(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward until every row of `rows` stops; the tokens land in
+    `rows.out`. model: a causal LM under sdpa attention; each forward reads logits (R, B, V) for
+    the R rows still decoding. mask_id: the [MASK] id; pad_id: fills slots no query attends to."""
     if len(rows.prompts) == 1:
         yield from decode_sliding_one(model, rows, mask_id)
         return
@@ -54,7 +60,7 @@ def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[Ste
 
 
 @torch.no_grad()
-def decode_sliding_one(model, rows: Rows, mask_id: int) -> Iterator[StepEvent]:
+def decode_sliding_one(model: PreTrainedModel, rows: Rows, mask_id: int) -> Iterator[StepEvent]:
     """The same decode for a single sequence, without the batch bookkeeping.
 
     One sequence has no padding and no holes: cache slot = position id, so the model's own causal

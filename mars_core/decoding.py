@@ -25,6 +25,9 @@ class DecodeStats:
     row_forwards:      sum over forwards of the sequences that were decoding in it (an idle or
                        finished sequence in a batch is not counted); equals `forwards` at batch 1
     accepted_per_step: for every forward, the tokens each sequence accepted (0: not decoding)
+    drafted:           drafts verified ("lossless", "spec"), summed over sequences
+    accepted_drafts:   of those, the drafts the verification accepted
+    draft_forwards:    forwards of the draft model ("spec")
     """
 
     forwards: int = 0
@@ -33,11 +36,24 @@ class DecodeStats:
     row_forwards: int = 0
     seconds: float = 0.0
     accepted_per_step: list[list[int]] = field(default_factory=list)
+    drafted: int = 0
+    accepted_drafts: int = 0
+    draft_forwards: int = 0
 
     @property
     def tokens_per_forward(self) -> float:
-        """Tokens per forward per sequence (the paper's T/F)."""
+        """Tokens per forward per sequence (the paper's T/F); in "spec", per target forward."""
         return self.tokens / self.row_forwards if self.row_forwards else 0.0
+
+    @property
+    def tokens_per_target_forward(self) -> float:
+        """The same figure under the name speculative decoding uses (draft forwards not counted)."""
+        return self.tokens_per_forward
+
+    @property
+    def draft_acceptance(self) -> float:
+        """Share of the verified drafts that were accepted."""
+        return self.accepted_drafts / self.drafted if self.drafted else 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -75,6 +91,9 @@ class StepEvent:
     # (empty for a sequence that did not decode in it); what a step-by-step replay shows
     proposed: list[list[int]] = field(default_factory=list)
     proposed_confidences: list[list[float]] = field(default_factory=list)
+    # per sequence, how many of `tokens` are verified drafts (they come first); the next one is
+    # the model's own AR token and any after it were accepted by tau. None: no drafts in this mode
+    verified: list[int] | None = None
 
 
 class RowRandom:
@@ -83,11 +102,12 @@ class RowRandom:
     Sequence i of a batch is seeded with `seed + i`.
     """
 
-    def __init__(self, n: int, seed: int, device):
+    def __init__(self, n: int, seed: int, device: torch.device | str):
         self.gens = [torch.Generator(device=device).manual_seed(seed + i) for i in range(n)]
         self.device = device
 
     def noise(self, rows: list[int], block: int, vocab: int) -> torch.Tensor:
+        """Uniform (0, 1) noise (len(rows), block, vocab), each row from its own stream."""
         draws = [torch.rand(block, vocab, generator=self.gens[r], device=self.device) for r in rows]
         return torch.stack(draws)  # (len(rows), B, V)
 
@@ -120,27 +140,33 @@ class Rows:
     def tau(self) -> float:
         return self.control.tau
 
-    def accept(self, logits: torch.Tensor, rows: list[int], tau: float):
+    def accept(self, logits: torch.Tensor, rows: list[int],
+               tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Acceptance for the sequences `rows` (original indices); logits (len(rows), B, V)."""
         noise = None
         if self.random is not None:
             noise = self.random.noise(rows, logits.shape[1], logits.shape[2])
         return accept(logits, tau, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
 
-    def commit(self, rows: list[int], tokens, conf, n_accept, tau: float) -> tuple[StepEvent, list[list[int]]]:
+    def commit(self, rows: list[int], tokens: torch.Tensor, conf: torch.Tensor, n_accept: torch.Tensor, tau: float,
+               extra: torch.Tensor | None = None) -> tuple[StepEvent, list[list[int]]]:
         """Record one forward for the decoding sequences `rows` (original indices).
 
         tokens, conf: (R, B); n_accept: (R,). Accepted tokens are cut at the first stop id and
         at `max_new_tokens`. Returns the event and, per row of `rows`, the ids to feed back.
+        `extra` (R, m), optional, travels to the host in the same sync: `self.synced` then holds
+        its rows as lists of floats.
         """
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
         take, done = cut(tokens, n_accept, self.stop_ids, remaining)
-        return self.record(rows, pack(tokens, conf, take, done).tolist(), tau)  # the one host sync
+        packed = pack(tokens, conf, take, done, extra).tolist()  # the one host sync
+        return self.record(rows, packed, tau, tokens.shape[1])
 
-    def record(self, rows: list[int], packed: list[list[float]], tau: float) -> tuple[StepEvent, list[list[int]]]:
-        """The host half of `commit`: `packed` holds one `pack`ed row per sequence of `rows`."""
-        B = (len(packed[0]) - 2) // 2 if packed else 0
+    def record(self, rows: list[int], packed: list[list[float]], tau: float,
+               B: int) -> tuple[StepEvent, list[list[int]]]:
+        """The host half of `commit`: `packed` holds one `pack`ed row (block B) per sequence of `rows`."""
+        self.synced = [row[2 * B + 2:] for row in packed]
         counts = [0] * len(self.prompts)
         feed = []
         ev_tokens = [[] for _ in self.prompts]
@@ -196,13 +222,18 @@ def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
     return take, hit | (take >= remaining)
 
 
-def pack(tokens: torch.Tensor, conf: torch.Tensor, take: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+def pack(tokens: torch.Tensor, conf: torch.Tensor, take: torch.Tensor, done: torch.Tensor,
+         extra: torch.Tensor | None = None) -> torch.Tensor:
     """One step's outcome as one tensor, so that the host reads it with a single sync:
-    (R, 2B + 2) float64 = [tokens (B) | confidences (B) | take | done] (token ids are exact in float64)."""
-    return torch.cat([tokens.double(), conf.double(), take[:, None].double(), done[:, None].double()], dim=1)
+    (R, 2B + 2 [+ m]) float64 = [tokens (B) | confidences (B) | take | done | extra (m), if any]
+    (token ids are exact in float64)."""
+    cols = [tokens.double(), conf.double(), take[:, None].double(), done[:, None].double()]
+    if extra is not None:
+        cols.append(extra.double())
+    return torch.cat(cols, dim=1)
 
 
-def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad to one length: ids (N, L) long and valid (N, L) bool."""
     width = max((len(s) for s in seqs), default=0)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)

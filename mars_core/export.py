@@ -9,7 +9,9 @@ with MARS through `model.generate(**inputs, custom_generate=OUT, trust_remote_co
   what transformers does anyway on load, and what vLLM / SGLang need to read it right.
 - *.safetensors: copied byte for byte (sha256 in the card). No safetensors: refused.
 - tokenizer: with `<|mask|>` as its mask token (added only when an embedding row is free).
-- generation_config.json: the source's, plus `mars`: the decoding defaults and the mask id.
+- generation_config.json: the source's, plus `mars`: the decoding defaults and the mask id;
+  config.json also names the mask id `pard_token`, so the folder serves as a vLLM parallel
+  drafter as it is (docs/serving.md).
 - custom_generate/: generated from mars_core (`export_method`); README.md: the model card.
 
 `python -m mars_core.export --method-only OUT` writes only custom_generate/ (a Hub repository
@@ -30,7 +32,7 @@ import torch
 
 from .export_card import method_card, model_card
 from .export_method import write_method
-from .loading import ALIASES, _load_tokenizer
+from .loading import ALIASES, load_tokenizer, trained_block_size
 from .prompts import MASK_TOKEN
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -71,6 +73,8 @@ def export(src: str | os.PathLike, out: str | os.PathLike, *, block_size: int | 
         if (src / WEIGHTS_INDEX).is_file():
             shutil.copyfile(src / WEIGHTS_INDEX, tmp / WEIGHTS_INDEX)
         mask_id, tokenizer_class = _export_tokenizer(src, tmp, config, notes)
+        config_json["pard_token"] = mask_id  # vLLM's parallel drafting reads the mask id here
+        (tmp / "config.json").write_text(json.dumps(config_json, indent=2) + "\n", encoding="utf-8")
         mars = {"mode": "mars", "tau": float(tau), "block_size": B, "mask_token_id": mask_id}
         _write_generation_config(src, tmp, config_json, mars)
         for name in KEEP_FILES:
@@ -159,11 +163,9 @@ def _block_size(src: Path, block_size: int | None) -> tuple[int, list[str]]:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
         return block_size, []
-    path = src / "training_config.json"
-    if path.is_file():
-        value = json.loads(path.read_text(encoding="utf-8")).get("block_size")
-        if isinstance(value, int) and value >= 1:
-            return value, []
+    trained = trained_block_size(str(src))
+    if trained is not None:
+        return trained, []
     return 4, ["block size 4 by default (the source records none; pass --block-size to set it)"]
 
 
@@ -171,7 +173,7 @@ def _export_tokenizer(src: Path, tmp: Path, config, notes: list[str]) -> tuple[i
     """Save the tokenizer with <|mask|> as its mask token; returns (mask id, the class to load it with)."""
     from transformers import AutoTokenizer
 
-    tok = _load_tokenizer(str(src), True, False)
+    tok = load_tokenizer(str(src))
     rows = config.vocab_size
     mask_id = tok.convert_tokens_to_ids(MASK_TOKEN)
     if tok.mask_token is not None and tok.mask_token != MASK_TOKEN:

@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import os
 import re
@@ -19,16 +21,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from .prompts import MASK_TOKEN
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 ALIASES = {"a2d-qwen2": Qwen2Config}
 QUANTIZATION = (None, "8bit", "4bit")
 DTYPES = ("float32", "bfloat16", "float16")  # the names `load_model(dtype=...)` takes, besides "auto"
 
 
 def default_device() -> str:
+    """"cuda" when a GPU is visible, else "cpu"."""
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def default_dtype(device: str) -> torch.dtype:
+    """bf16 on a GPU that has it, else fp32."""
     if str(device).startswith("cuda") and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32
@@ -76,7 +83,7 @@ def _aliased_config(raw: dict):
 GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
-def load_tokenizer(name: str, *, trust_remote_code: bool = False):
+def load_tokenizer(name: str, *, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """The tokenizer a folder (or hub id) declares, with the class policy `load_model` uses.
 
     A folder saved from a plain `tokenizers` object declares `TokenizersBackend`; for a qwen2
@@ -103,7 +110,7 @@ def _load_tokenizer(name: str, local: bool, trust_remote_code: bool):
         return PreTrainedTokenizerFast.from_pretrained(name)
 
 
-def ensure_mask_token(model, tokenizer) -> int:
+def ensure_mask_token(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
     """Give the tokenizer a mask token (reusing `<|mask|>` when the vocabulary has it) and make
     sure the embedding matrix has a row for it. Returns the mask id."""
     if tokenizer.mask_token is None:
@@ -119,7 +126,8 @@ def ensure_mask_token(model, tokenizer) -> int:
 
 
 def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, device: str | None = None,
-               quantization: str | None = None, trust_remote_code: bool = False):
+               quantization: str | None = None,
+               trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Return `(model, tokenizer)` in eval mode, with a mask token, ready for `generate`.
 
     name_or_path: a local folder or a hub id. dtype: default fp32 on CPU, bf16 on a GPU that
@@ -169,7 +177,7 @@ def _bnb_config(quantization: str, dtype: torch.dtype):
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
 
 
-def trained_block_size(model_or_source) -> int | None:
+def trained_block_size(model_or_source: PreTrainedModel | str | os.PathLike) -> int | None:
     """The block size a MARS checkpoint was trained with, or None when it does not say.
 
     `model_or_source`: a model (its config's `name_or_path` is used) or a folder / hub id. A

@@ -1,12 +1,15 @@
 """The MARS training loss: L = CE_noisy + ar_weight * CE_clean, from ONE forward of [noisy | clean]."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from .masks import for_model, mars_training_mask
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 IGNORE = -100
 
@@ -30,7 +33,8 @@ def shifted_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(pred, target, ignore_index=IGNORE)
 
 
-def mars_inputs(input_ids, labels, attention_mask, block_size: int, mask_token_id: int):
+def mars_inputs(input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor, block_size: int,
+                mask_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Build the `[noisy | clean]` forward inputs for a right-padded batch.
 
     input_ids, labels, attention_mask: (N, n); labels hold the token ids on response tokens and
@@ -50,7 +54,7 @@ def mars_inputs(input_ids, labels, attention_mask, block_size: int, mask_token_i
 
 
 def mars_loss(
-    model,
+    model: PreTrainedModel,
     input_ids: torch.Tensor,
     labels: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
@@ -75,7 +79,7 @@ def mars_loss(
         attention_mask = torch.ones_like(input_ids)
     n = input_ids.shape[1]
     ids, mask, pos = mars_inputs(input_ids, labels, attention_mask, block_size, mask_token_id)
-    mask = for_model(mask, model, model.get_input_embeddings().weight.dtype)
+    mask = for_model(mask, model)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits  # (N, 2n, V)
     noisy = shifted_ce(logits[:, :n], labels)
     clean = shifted_ce(logits[:, n:], labels)

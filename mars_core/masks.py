@@ -5,10 +5,15 @@ All masks are boolean, True = the query may attend to the key. A stock Hugging F
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def mars_training_mask(n: int, block_size: int, device=None) -> torch.Tensor:
+
+def mars_training_mask(n: int, block_size: int, device: torch.device | str | None = None) -> torch.Tensor:
     """The (2n, 2n) MARS training mask for the layout `[noisy | clean]`.
 
     Both halves carry the logical positions 0..n-1 and `blk(p) = p // block_size`:
@@ -60,13 +65,15 @@ def causal_mask(key_valid: torch.Tensor, n_query: int) -> torch.Tensor:
     return (causal[None] & key_valid[:, None, :])[:, None]  # (N, 1, q, k)
 
 
-def attention_of(model) -> str:
-    """The model's attention implementation ("sdpa", "eager", "flash_attention_2", ...)."""
+def attention_of(model: PreTrainedModel) -> str:
+    """The model's attention implementation ("sdpa", "eager", "flash_attention_2", ...); a
+    wrapper such as DistributedDataParallel is looked through."""
+    model = getattr(model, "module", model)
     return getattr(model.config, "_attn_implementation", None) or "eager"
 
 
-def for_model(mask: torch.Tensor, model, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean mask (True = may attend) in the form `model` applies as written.
+def for_model(mask: torch.Tensor, model: PreTrainedModel) -> torch.Tensor:
+    """A boolean mask (N, 1, q, k) (True = may attend) in the form `model` applies as written.
 
     sdpa takes the boolean mask itself. Eager attention *adds* the mask to the scores, so a
     boolean mask would add 0/1 and mask nothing: it gets the additive form (0 where allowed, the
@@ -76,12 +83,13 @@ def for_model(mask: torch.Tensor, model, dtype: torch.dtype) -> torch.Tensor:
     if impl == "sdpa":
         return mask
     if impl == "eager":
+        dtype = next(getattr(model, "module", model).parameters()).dtype
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
     raise ValueError(f"the model's attn_implementation is {impl!r}, which cannot apply MARS's 4-D attention mask; "
                      "load it with attn_implementation=\"sdpa\" (or \"eager\")")
 
 
-def require_sdpa(model) -> None:
+def require_sdpa(model: PreTrainedModel) -> None:
     """The decoders pass boolean masks (a ragged cache's holes, MARS blocks): refuse a model
     that would not apply them as written, instead of decoding wrong tokens silently."""
     impl = attention_of(model)

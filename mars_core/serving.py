@@ -31,6 +31,7 @@ from .acceptance import accept
 from .config import DecodeConfig, TauControl, _check_int, check_tau
 from .decode_cursor import CursorCache, cursor_forward
 from .decoding import RowRandom, cut
+from .masks import require_sdpa
 from .prompts import special_ids
 from .tau_policy import FixedTau, Load
 
@@ -108,6 +109,7 @@ class Batcher:
         if not isinstance(config, DecodeConfig):
             raise ValueError(f"config must be a DecodeConfig, got {type(config).__name__}")
         _check_int("slots", slots, 1)
+        require_sdpa(model)
         limit = getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
         if max_len is None:
             max_len = min(limit, DEFAULT_MAX_LEN)

@@ -25,17 +25,21 @@ Hysteresis, so that it does not oscillate:
   backlog has not shrunk since the last relaxation (a queue that is draining needs no looser
   tau; the reference is forgotten once pressure falls below `high`);
 - tighten (one rung stricter) when the pressure *predicted at the stricter rung* is <= `low`
-  for `tighten_patience` forwards in a row. A stricter tau emits fewer tokens per forward, so
-  both the token latency and the time a request holds a row grow by r = tokens-per-forward
-  here / tokens-per-forward there (measured at each rung; 1 at tau = 1): predicted =
-  max(1, backlog * r / slots) * service * r / latency_target, with the backlog averaged over
-  about `tighten_patience` forwards (the number of running requests jumps as single requests
-  come and go). low < high leaves a band for the prediction's error, so a move does not
-  undo itself.
+  for `tighten_patience` forwards in a row. A stricter tau emits fewer tokens per forward
+  (measured at each rung; 1 at tau = 1), so a request holds its row r = tokens-per-forward here
+  / tokens-per-forward there times longer and about backlog * r rows would be busy; the
+  prediction takes the forward time measured at the stricter rung with that many rows (the
+  nearest larger count it has seen; failing that, today's forward time, which overestimates:
+  a stricter forward is never dearer), divides by its tokens per forward, and scales by the
+  queue as above. The backlog here is averaged over about `tighten_patience` forwards (the
+  number of running requests jumps as single requests come and go). low < high leaves a band
+  for the prediction's error, so a move does not undo itself.
 """
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 from .config import METRICS, _check_int, check_tau
@@ -90,7 +94,10 @@ class AdaptiveConfig:
                        `high` sits well below 1.
     patience:          forwards in a row at pressure >= high before relaxing one rung.
     tighten_patience:  forwards in a row at predicted pressure <= low before tightening one rung.
-    smoothing:         weight of the newest step in the moving averages, in (0, 1].
+    window:            steps whose median per-token latency the policy reads: a median, so that
+                       one forward the OS preempted (tens of ms on a shared CPU) does not move
+                       tau, while a machine slow for half the window does.
+    smoothing:         weight of the newest step in the tokens-per-forward averages, in (0, 1].
     """
 
     tau_min: float = 0.7
@@ -98,9 +105,10 @@ class AdaptiveConfig:
     step: float = 0.05
     latency_target: float = 2.0
     high: float = 0.5
-    low: float = 0.25
-    patience: int = 4
+    low: float = 0.4
+    patience: int = 8
     tighten_patience: int = 32
+    window: int = 16
     smoothing: float = 0.3
     metric: str = "probability"
 
@@ -118,6 +126,7 @@ class AdaptiveConfig:
             raise ValueError(f"low ({self.low:g}) must be < high ({self.high:g}): the gap is the hysteresis band")
         _check_int("patience", self.patience, 1)
         _check_int("tighten_patience", self.tighten_patience, 1)
+        _check_int("window", self.window, 1)
         s = self.smoothing
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s <= 1:
             raise ValueError(f"smoothing must be in (0, 1], got {s!r}")
@@ -135,14 +144,16 @@ class AdaptiveTau:
     """Relax tau under load, tighten it when idle, within the operator's bounds."""
 
     def __init__(self, config: AdaptiveConfig | None = None, **overrides):
-        self.config = config if config is not None else AdaptiveConfig(**overrides)
         if config is not None and overrides:
             raise ValueError("pass either an AdaptiveConfig or keyword overrides, not both")
+        self.config = config if config is not None else AdaptiveConfig(**overrides)
         self.metric = self.config.metric
         self.ladder = self.config.ladder()
         self.level = 0  # index into the ladder: 0 is the strict end
-        self.latency: float | None = None  # moving average of seconds per token
+        self.recent: deque[float] = deque(maxlen=self.config.window)  # seconds per token, latest steps
         self.tpf = [1.0] + [None] * (len(self.ladder) - 1)  # tokens per row per forward at each rung
+        self.cost: list[dict[int, deque]] = [{} for _ in self.ladder]  # rung -> rows -> forward seconds
+        self.rows = 0  # rows of the forward the last call was made for
         self.streak = 0  # forwards in a row that asked for the same move (+: relax, -: tighten)
         self.backlog_at_move = 0
         self.backlog = None  # slow moving average of waiting + running, for tightening
@@ -152,14 +163,37 @@ class AdaptiveTau:
     def tau(self) -> float:
         return self.ladder[self.level]
 
+    @property
+    def latency(self) -> float:
+        """Median seconds per token over the recent steps at this rung (0 before any)."""
+        return statistics.median(self.recent) if self.recent else 0.0
+
     def _observe(self, load: Load) -> None:
         a = self.config.smoothing
         if load.step_seconds is not None and load.tokens_per_row:
-            seen = load.step_seconds / load.tokens_per_row
-            self.latency = seen if self.latency is None else (1 - a) * self.latency + a * seen
+            self.recent.append(load.step_seconds / load.tokens_per_row)
+            if self.rows:
+                self.cost[self.level].setdefault(self.rows, deque(maxlen=8)).append(load.step_seconds)
             if self.level > 0:  # the strict rung is one token per forward by definition
                 old = self.tpf[self.level]
                 self.tpf[self.level] = load.tokens_per_row if old is None else (1 - a) * old + a * load.tokens_per_row
+        self.rows = load.running
+
+    def _forward_cost(self, level: int, rows: int) -> float | None:
+        """Median forward seconds seen at rung `level` with `rows` rows (or the nearest more)."""
+        seen = sorted(n for n in self.cost[level] if n >= rows)
+        return statistics.median(self.cost[level][seen[0]]) if seen else None
+
+    def _predicted(self, backlog: float, slots: int, reply: float) -> float:
+        """Pressure expected one rung stricter (see the module docstring)."""
+        cfg = self.config
+        r = (self.tpf[self.level] or 1.0) / (self.tpf[self.level - 1] or 1.0)
+        busy = backlog * r
+        rows = min(slots, max(1, math.ceil(busy)))
+        here = self._forward_cost(self.level, rows) or self.latency * (self.tpf[self.level] or 1.0)
+        there = self._forward_cost(self.level - 1, rows)
+        step = min(there, here) if there is not None else here
+        return max(1.0, busy / slots) * reply * step / (self.tpf[self.level - 1] or 1.0) / cfg.latency_target
 
     def __call__(self, load: Load) -> float:
         cfg = self.config
@@ -167,21 +201,19 @@ class AdaptiveTau:
         backlog, slots = load.waiting + load.running, max(load.slots, 1)
         slow = 2 / (cfg.tighten_patience + 1)
         self.backlog = backlog if self.backlog is None else (1 - slow) * self.backlog + slow * backlog
-        service = (load.reply_tokens or 0.0) * (self.latency or 0.0)  # seconds per typical reply
-        self.pressure = max(1.0, backlog / slots) * service / cfg.latency_target
+        reply = load.reply_tokens or 0.0
+        self.pressure = max(1.0, backlog / slots) * reply * self.latency / cfg.latency_target
         want = 0
         if self.pressure >= cfg.high and self.level < len(self.ladder) - 1 and backlog >= self.backlog_at_move:
             want = 1
-        elif self.level > 0:
-            r = (self.tpf[self.level] or 1.0) / (self.tpf[self.level - 1] or 1.0)
-            if max(1.0, self.backlog * r / slots) * service * r / cfg.latency_target <= cfg.low:
-                want = -1
+        elif self.level > 0 and self._predicted(self.backlog, slots, reply) <= cfg.low:
+            want = -1
         self.streak = self.streak + want if want and (self.streak * want) >= 0 else want
         if self.streak >= cfg.patience or -self.streak >= cfg.tighten_patience:
             self.level += 1 if self.streak > 0 else -1
             self.streak = 0
             self.backlog_at_move = backlog
-            self.latency = None  # measured afresh at the new rung (else its lag would overshoot)
+            self.recent.clear()  # measured afresh at the new rung (else its lag would overshoot)
         if self.pressure < cfg.high:
             self.backlog_at_move = 0  # the episode is over: the next rise starts afresh
         return self.tau

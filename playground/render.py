@@ -5,20 +5,40 @@ Pure functions of what `mars_core.stream` reported; no decoding happens here.
 """
 from __future__ import annotations
 
+import colorsys
 import html
 
 HUES = (212, 28)  # alternating per step: blue, orange
 REPLACEMENT = "\ufffd"
 
 
+def _luminance(rgb: tuple[float, float, float]) -> float:
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _contrast(a: float, b: float) -> float:
+    return (max(a, b) + 0.05) / (min(a, b) + 0.05)
+
+
+DARK, LIGHT = (0.067, 0.067, 0.067), (1.0, 1.0, 1.0)  # #111, #fff
+
+
 def step_colour(step: int, n: int, block: int) -> tuple[str, str]:
     """(background, text colour) for a step that accepted `n` of `block` predictions: the hue
-    alternates with the step, the colour deepens with the number of tokens accepted."""
+    alternates with the step, the colour deepens with the number of tokens accepted. The text is
+    dark or white, whichever reads better; a shade where neither reaches WCAG AA's 4.5:1 is
+    darkened until white does."""
     hue = HUES[step % 2]
     frac = 0.0 if block <= 1 else min(max(n - 1, 0) / (block - 1), 1.0)
-    light = round(88 - 40 * frac)
-    fg = "#111" if light >= 62 else "#fff"
-    return f"hsl({hue}, 85%, {light}%)", fg
+    light = round(88 - 48 * frac)
+    while True:
+        bg = _luminance(colorsys.hls_to_rgb(hue / 360, light / 100, 0.85))
+        dark, white = _contrast(bg, _luminance(DARK)), _contrast(bg, 1.0)
+        if max(dark, white) >= 4.6 or light <= 20:  # a little above 4.5: browsers round to 8-bit
+            break
+        light -= 2
+    return f"hsl({hue}, 85%, {light}%)", "#111" if dark >= white else "#fff"
 
 
 class TokenTrack:

@@ -68,7 +68,8 @@ def replay_html(side: Side | None, k: int, metric: str = "probability") -> str:
             f'{step.accepted} of {B} predictions committed</div>'
             f'<div class="replay-in"><span class="lbl">In:</span> <span class="sofar">{html.escape(tail) or "(the prompt)"}'
             f'</span>{masks}</div>'
-            '<table class="replay-table"><caption>Out: the B predictions of this forward</caption>'
+            '<table class="replay-table"><caption>Out: the B predictions of this forward '
+            '<span class="muted">(· is a space, ⏎ a new line)</span></caption>'
             '<thead><tr><th scope="col">#</th><th scope="col">read at</th><th scope="col">prediction</th>'
             '<th scope="col">confidence</th><th scope="col">decision</th><th scope="col">why</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')

@@ -1,6 +1,12 @@
 """The page's CSS and the little JavaScript it needs (Enter submits the prompt)."""
 
 CSS = """
+/* WCAG 2 AA contrast (axe-core): Gradio's orange primary, tab, slider-range and footer greys are below 4.5:1 */
+.gradio-container {--button-primary-background-fill: #c2410c; --button-primary-background-fill-hover: #9a3412;
+  --button-primary-text-color: #fff; --button-primary-border-color: #c2410c;}
+[role=tab].selected {color: #9a3412 !important;}
+.min_value, .max_value {color: #555 !important;}
+footer, footer a, footer button, .built-with, .show-api, .settings, .run-history {color: #555 !important;}
 .scope {font-size: 15px; line-height: 1.45; padding: 10px 14px; border-radius: 8px; background: #eef4ff;
   color: #111; border: 1px solid #b9cdf5;}
 .scope ul {margin: 4px 0 6px 18px; padding: 0;}
@@ -62,15 +68,19 @@ CSS = """
 }
 """
 
-# Gradio's multi-line textbox makes Enter a new line; chat demos submit on Enter and keep
-# Shift+Enter for a new line. Clicking Generate keeps the two on one path.
+# Chat demos submit on Enter and keep Shift+Enter for a new line; Gradio's multi-line textbox
+# does it the other way round. Both keys are taken here, before Gradio sees them.
 JS = """() => {
   document.addEventListener('keydown', (e) => {
     const box = e.target.closest && e.target.closest('#prompt');
-    if (!box || e.key !== 'Enter' || e.shiftKey || e.isComposing) return;
+    if (!box || e.key !== 'Enter' || e.isComposing) return;
     e.preventDefault();
     e.stopPropagation();
-    e.target.dispatchEvent(new Event('input', {bubbles: true}));
-    document.getElementById('generate')?.click();
+    if (e.shiftKey) {
+      document.execCommand('insertText', false, '\\n');
+    } else {
+      e.target.dispatchEvent(new Event('input', {bubbles: true}));
+      document.getElementById('generate')?.click();
+    }
   }, true);
 }"""

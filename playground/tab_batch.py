@@ -115,7 +115,8 @@ def add_tab(ui: UI) -> BatchTab:
             repeats = fields.Slider(1, MAX_REPEATS, value=3, step=1, label="runs per side (median)")
         btn = gr.Button("Run batch", variant="primary", elem_id="batch-run")
         summary = gr.Markdown(elem_id="batch-summary", label="summary")
-        plot = gr.Plot(elem_id="batch-plot", label="timeline")
+        plot = gr.Plot(plots.message_figure("Run a batch: the timeline of tokens accepted per sample and forward "
+                                            "appears here.", height=160), elem_id="batch-plot", label="timeline")
     btn.click(guard(ui.gpu(tab.run)), [size, cache, cblock, tau, block, max_new, repeats, ui.session], [summary, plot],
               api_name="batch", **ui.decode_limit)
     ui.tabs["batch"] = tab

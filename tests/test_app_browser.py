@@ -1,42 +1,64 @@
-"""The playground in a real browser: Debian's Chromium driven by Python playwright.
+"""The playground in a real browser: Debian's Chromium driven by Python playwright, on a desktop
+(1400x1000) and a phone (390x844, touch) viewport.
 
-Load the page, click an example, Generate, both panels finish with coloured token spans and the
-gauge renders; move the tau slider down in the middle of a long generation and later steps
-accept more tokens; two pages at once do not interfere. Screenshots go to test-artifacts/.
+What a first-time visitor meets: the scope text; an example in slow motion (>= 2 s) with the live
+tau slider moved mid-run; the step-through replay; a queue position for a second page while the
+first runs, and Stop cancelling the queued job; the first output token in view on the phone;
+markup typed into every text field staying text; WCAG 2 A/AA as axe-core (vendored) checks it.
+Screenshots go to test-artifacts/.
 """
 from __future__ import annotations
 
 import os
 import shutil
-import sys
+import time
 
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from app_fixtures import ROOT, free_port, save_pair
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
+AXE = os.path.join(ROOT, "tests", "vendor", "axe.min.js")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
+DESKTOP = dict(viewport={"width": 1400, "height": 1000})
+PHONE = dict(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, device_scale_factor=2)
+XSS = '<img src=x onerror="window.__xss=1">'
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM),
                                 reason="no Chromium at /usr/bin/chromium (apt-get install chromium)")
 
 import app  # noqa: E402
-from test_app import free_port, save_pair  # noqa: E402
+
+
+def serve(pair, **overrides) -> tuple[str, object]:
+    demo = app.build_app(*pair, frontier_max_n=4, batch_max=4, **overrides)
+    port = free_port()
+    app.launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    return f"http://127.0.0.1:{port}/", demo
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
+def pair(tmp_path_factory):
     torch.set_num_threads(1)
-    pair = save_pair(str(tmp_path_factory.mktemp("browser-models")))
-    demo = app.build_app(*pair, step_delay=0.02, render_interval=0.05, max_new_tokens_cap=256,
-                         frontier_max_n=4, batch_max=4)
-    port = free_port()
-    app.launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
+    return save_pair(str(tmp_path_factory.mktemp("browser-models")))
+
+
+@pytest.fixture(scope="module")
+def url(pair):
+    address, demo = serve(pair)
+    yield address
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def one_slot_url(pair):
+    """An app that runs one decode at a time: a second page has to queue."""
+    address, demo = serve(pair, concurrency_limit=1)
+    yield address
     demo.close()
 
 
@@ -49,105 +71,218 @@ def browser():
         b.close()
 
 
-def open_page(browser, url):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1500})  # own cookies: own session
-    page = ctx.new_page()
+def open_page(browser, url, device=DESKTOP):
+    page = browser.new_context(**device).new_page()  # own context: own cookies, own session
     page.goto(url)
     page.wait_for_selector("#generate", timeout=30_000)
     return page
-
-
-def steps_of(page, side: str) -> list[int]:
-    """Tokens accepted per step, in step order, read from the coloured spans."""
-    pairs = page.eval_on_selector_all(
-        f"#{side}-panel span.tok", "els => els.map(e => [+e.dataset.step, +e.dataset.n])")
-    return [n for _, n in sorted(pairs)]
 
 
 def set_slider(page, elem_id: str, value) -> None:
     page.locator(f"#{elem_id} input[type=range]").fill(str(value))
 
 
-def wait_done(page, timeout=90_000):
-    for side in ("ar", "mars"):
-        page.wait_for_selector(f"#{side}-panel .mars-panel[data-status=done]", timeout=timeout)
+def settings(page, tau=None, slow=None, max_new=None, ar_side=None):
+    for elem, value in (("tau", tau), ("slow", slow), ("max-new", max_new)):
+        if value is not None:
+            set_slider(page, elem, value)
+    if ar_side:
+        page.locator("#more-settings").click()
+        page.get_by_label(ar_side).check()
 
 
-def test_example_generate_and_gauge(browser, url):
-    page = open_page(browser, url)
-    page.locator("#examples button.gallery-item").first.click()
+def example(page, i=0):
+    page.locator("#examples button.gallery-item").nth(i).click()
     page.wait_for_function("document.querySelector('#prompt textarea').value.length > 0")
-    set_slider(page, "tau", 0.5)
-    set_slider(page, "max-new", 48)
-    page.locator("#generate").click()
-    wait_done(page)
-    assert page.locator("#ar-panel span.tok").count() == 48  # AR: one token per step
-    n_mars = page.locator("#mars-panel span.tok").count()
-    assert 0 < n_mars < 48
-    assert "step 1:" in page.locator("#mars-panel span.tok").first.get_attribute("title")
-    assert page.locator("#mars-panel span.tok").first.evaluate("e => getComputedStyle(e).backgroundColor") \
-        not in ("", "rgba(0, 0, 0, 0)")
-    page.wait_for_selector("#gauge .js-plotly-plot .indicatorlayer", timeout=30_000)
-    assert page.locator("#compare [data-agree]").count() == 1
-    assert page.locator("#steps-chart rect.bar").count() == n_mars
-    page.screenshot(path=os.path.join(ARTIFACTS, "playground.png"), full_page=True)
+
+
+def steps_of(page, side: str) -> list[int]:
+    pairs = page.eval_on_selector_all(f"#{side}-panel span.tok", "els => els.map(e => [+e.dataset.step, +e.dataset.n])")
+    return [n for _, n in sorted(pairs)]
+
+
+def status_of(page, side: str) -> str:
+    return page.locator(f"#{side}-panel .mars-panel").get_attribute("data-status")
+
+
+def wait_finished(page, timeout=90_000):
+    for side in ("ar", "mars"):
+        page.wait_for_selector(f"#{side}-panel .mars-panel:is([data-status=done], [data-status=limit], "
+                               "[data-status=stopped])", timeout=timeout)
+    page.wait_for_function("document.getElementById('stop').disabled", timeout=timeout)  # the run ended
+
+
+def axe_violations(page) -> list[str]:
+    page.add_script_tag(path=AXE)
+    res = page.evaluate("async () => await axe.run(document, {runOnly: {type: 'tag', values: "
+                        "['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})")
+    return [f"{v['id']}: {[n['target'] for n in v['nodes']][:5]}" for v in res["violations"]]
+
+
+@pytest.mark.parametrize("device", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_scope_text_is_there_before_anything_runs(browser, url, device):
+    t0 = time.perf_counter()
+    page = open_page(browser, url, device)
+    page.wait_for_selector("#scope-text", state="visible")
+    print(f"page explains itself after {time.perf_counter() - t0:.2f} s")  # reported, not asserted
+    text = page.locator("#scope-text").inner_text()
+    assert "About this model" in text and "fixture-mars" in text and "parameters" in text
+    box = page.locator("#scope-text").bounding_box()
+    assert box["y"] < page.locator("#prompt").bounding_box()["y"]  # above the prompt
+    assert page.locator("#stop").is_disabled()  # nothing runs: Stop is off
     page.context.close()
 
 
-def test_live_tau_on_one_page_leaves_the_other_alone(browser, url):
-    a, b = open_page(browser, url), open_page(browser, url)
-    for page in (a, b):
-        page.locator("#prompt textarea").fill("What is 24 * 3?")
-        set_slider(page, "tau", 1)
-        set_slider(page, "max-new", 200)
-        page.get_by_label("MARS model at 1 token/step").check()
-    a.locator("#generate").click()
-    b.locator("#generate").click()
-    b.wait_for_function("document.querySelectorAll('#mars-panel span.tok').length >= 15", timeout=60_000)
-    set_slider(b, "tau", 0)  # mid-generation, page b only
-    b.wait_for_timeout(300)
-    b.screenshot(path=os.path.join(ARTIFACTS, "live-tau-running.png"), full_page=True)
-    wait_done(b)
-    wait_done(a)
-    steps_b, steps_a = steps_of(b, "mars"), steps_of(a, "mars")
-    assert sum(steps_b) == 200 and sum(steps_a) == 200
-    assert steps_b[:10] == [1] * 10  # before the slider moved
-    assert sum(steps_b[-10:]) / 10 > 2 and max(steps_b) == 4  # after: whole blocks
-    assert steps_a == [1] * 200  # the other page kept tau = 1
-    assert b.locator("#steps-chart rect.bar[data-n='4']").count() > 0
-    b.screenshot(path=os.path.join(ARTIFACTS, "live-tau-done.png"), full_page=True)
-    a.screenshot(path=os.path.join(ARTIFACTS, "other-page.png"), full_page=True)
-    a.context.close()
-    b.context.close()
+def test_slow_motion_live_tau_and_replay(browser, url):
+    page = open_page(browser, url)
+    example(page)
+    settings(page, tau=1, slow=50, max_new=60, ar_side="MARS model at 1 token/step")
+    t0 = time.perf_counter()
+    page.locator("#generate").click()
+    page.wait_for_function("document.querySelectorAll('#mars-panel span.tok').length >= 10", timeout=60_000)
+    assert page.locator("#stop").is_enabled() and status_of(page, "mars") == "running"
+    set_slider(page, "tau", 0)  # mid-run
+    page.wait_for_selector("#mars-panel span.tok[data-n='4']", timeout=60_000)
+    assert status_of(page, "ar") == "running"  # the change is visible while the run goes on
+    page.screenshot(path=os.path.join(ARTIFACTS, "slow-motion-running.png"), full_page=True)
+    wait_finished(page)
+    took = time.perf_counter() - t0
+    assert took >= 2.0, f"slow motion: a held-out example took {took:.2f} s"
+    steps = steps_of(page, "mars")
+    assert sum(steps) == 60 and steps[:10] == [1] * 10 and max(steps) == 4
+    speed = page.locator("#speed").inner_text()
+    assert page.locator("#mars-panel .cnt[data-k=tps] b").inner_text() in speed
+    assert page.locator("#stop").is_disabled()
+    # the replay: pick a forward, see its B predictions with their marks
+    page.locator("#replay-step input[type=number]").fill("3")
+    page.locator("#replay-step input[type=number]").press("Enter")
+    page.wait_for_selector("#replay .replay[data-step='3']", timeout=10_000)
+    rows = page.locator("#replay tr.pred")
+    assert rows.count() == 4
+    marks = [rows.nth(i).get_attribute("data-mark") for i in range(4)]
+    assert marks[0] == "accepted" and "rejected" in marks  # tau was 1 at forward 3: one taken, three not
+    page.locator("#replay-next").click()
+    page.wait_for_selector("#replay .replay[data-step='4']", timeout=10_000)
+    page.locator("#replay").scroll_into_view_if_needed()
+    page.screenshot(path=os.path.join(ARTIFACTS, "replay.png"), full_page=True)
+    page.context.close()
+
+
+def test_queue_position_for_a_second_page_and_stop_cancels_it(browser, one_slot_url):
+    first, second = open_page(browser, one_slot_url), open_page(browser, one_slot_url)
+    for page in (first, second):
+        example(page)
+        settings(page, tau=1, slow=100, max_new=60)
+    first.locator("#generate").click()
+    first.wait_for_selector("#mars-panel span.tok", timeout=60_000)
+    second.locator("#generate").click()
+    second.wait_for_function("document.querySelector('#run-status').innerText.includes('queue')", timeout=30_000)
+    assert "queue: 1/1" in second.locator("#run-status").inner_text()  # position (and Gradio's estimate)
+    second.screenshot(path=os.path.join(ARTIFACTS, "queued.png"))
+    assert second.locator("#stop").is_enabled()
+    second.locator("#stop").click()
+    second.wait_for_function("document.querySelector('#run-status').innerText.includes('Cancelled')",
+                             timeout=30_000)
+    assert second.locator("#stop").is_disabled()
+    first.locator("#stop").click()  # ends the first run too
+    wait_finished(first)
+    second.wait_for_timeout(1500)
+    assert status_of(second, "mars") == "idle" and second.locator("#mars-panel span.tok").count() == 0
+    first.context.close()
+    second.context.close()
+
+
+def test_phone_shows_the_first_token_after_generate(browser, url):
+    page = open_page(browser, url, PHONE)
+    example(page)
+    settings(page, max_new=40)
+    page.locator("#generate").tap()
+    page.wait_for_selector("#ar-panel span.tok", timeout=60_000)
+    page.wait_for_timeout(300)
+    box = page.locator("#ar-panel span.tok").first.bounding_box()  # relative to the viewport
+    assert 0 <= box["y"] and box["y"] + box["height"] <= 844, box
+    page.screenshot(path=os.path.join(ARTIFACTS, "phone-running.png"))
+    wait_finished(page)
+    width = page.locator("#mars-panel").bounding_box()["width"]
+    assert width > 300  # stacked, full width
+    i = page.evaluate("[...document.querySelectorAll('#mars-panel span.tok')]"
+                      ".findIndex(e => e.getClientRects().length === 1 && e.getBoundingClientRect().width > 6)")
+    tok = page.locator("#mars-panel span.tok").nth(i)
+    tok.scroll_into_view_if_needed()
+    box = tok.bounding_box()
+    page.touchscreen.tap(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # token details on tap
+    assert page.evaluate("document.activeElement.dataset.tip").startswith("forward ")
+    page.screenshot(path=os.path.join(ARTIFACTS, "phone-done.png"), full_page=True)
+    page.context.close()
+
+
+def test_enter_submits_and_shift_enter_adds_a_line(browser, url):
+    page = open_page(browser, url)
+    settings(page, max_new=8, slow=0)
+    box = page.locator("#prompt textarea")
+    box.fill("What is 24 * 3?")
+    box.press("Shift+Enter")
+    assert box.input_value().endswith("\n") and status_of(page, "mars") == "idle"
+    box.press("Enter")
+    wait_finished(page)
+    assert page.locator("#mars-panel span.tok").count() > 0
+    page.context.close()
+
+
+def test_markup_in_every_text_field_stays_text(browser, url):
+    page = open_page(browser, url)
+    page.locator("#prompt textarea").fill(XSS + " What is 24 * 3?")  # the prompt: decoded, never echoed
+    settings(page, max_new=8, slow=0)
+    page.locator("#generate").click()
+    wait_finished(page)
+    page.get_by_role("tab", name="Frontier").click()
+    taus = page.get_by_label("taus")
+    taus.fill(XSS)
+    assert taus.input_value() == XSS
+    page.locator("#frontier-run").click()
+    toast = page.locator(".toast-body, [data-testid='toast-body']").first
+    toast.wait_for(timeout=90_000)  # a loaded 2-core machine can take long to answer
+    assert "<img" in toast.inner_text()  # shown as text
+    page.get_by_role("tab", name="Models").click()
+    page.get_by_role("radio", name="custom").check()
+    page.locator("#mars-source input").fill(XSS)
+    page.locator("#mars-source input").press("Enter")
+    page.locator("#load-models").click()
+    page.wait_for_function("[...document.querySelectorAll('.toast-body, [data-testid=toast-body]')]"
+                           ".some(t => t.innerText.includes('unknown model'))", timeout=90_000)
+    assert page.evaluate("window.__xss") is None
+    assert page.locator("img[src='x']").count() == 0
+    page.screenshot(path=os.path.join(ARTIFACTS, "markup-as-text.png"), full_page=True)
+    page.context.close()
+
+
+@pytest.mark.parametrize("device", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_wcag_aa_on_load_and_after_a_generation(browser, url, device):
+    page = open_page(browser, url, device)
+    assert axe_violations(page) == []
+    example(page, 2)
+    settings(page, tau=0.5, max_new=30, slow=0)
+    page.locator("#generate").click()
+    wait_finished(page)
+    page.wait_for_timeout(300)
+    assert axe_violations(page) == []  # panels, coloured tokens, speed bars, replay table
+    page.context.close()
 
 
 def test_other_tabs(browser, url):
     page = open_page(browser, url)
-    page.locator("#prompt textarea").fill("Hi")
-    set_slider(page, "tau", 0.3)
-    set_slider(page, "max-new", 24)
-    page.locator("#generate").click()
-    wait_done(page)
     page.get_by_role("tab", name="Frontier").click()
     page.wait_for_selector("#frontier-plot .js-plotly-plot", timeout=30_000)
     assert "Precomputed sweep" in page.locator("#frontier-note").inner_text()
     page.screenshot(path=os.path.join(ARTIFACTS, "frontier.png"), full_page=True)
     page.get_by_role("tab", name="Batch & KV cache").click()
+    page.wait_for_selector("#batch-plot .js-plotly-plot", timeout=30_000)
+    assert axe_violations(page) == []  # the other tabs too (on the page as shown)
     page.locator("#batch-run").click()
-    page.wait_for_selector("#batch-plot .js-plotly-plot", timeout=60_000)
+    page.wait_for_selector("#batch-plot .js-plotly-plot .heatmaplayer", timeout=90_000)
     assert "Speed-up of MARS over AR" in page.locator("#batch-summary").inner_text()
     page.screenshot(path=os.path.join(ARTIFACTS, "batch.png"), full_page=True)
     page.get_by_role("tab", name="How it works").click()
-    page.locator("#window-show").click()
-    page.wait_for_selector("#window-plot .js-plotly-plot", timeout=30_000)
     page.wait_for_selector("#mask-plot .js-plotly-plot", timeout=30_000)
     page.screenshot(path=os.path.join(ARTIFACTS, "how-it-works.png"), full_page=True)
-    page.get_by_role("tab", name="Models").click()
-    page.locator("#mars-source textarea, #mars-source input").first.fill("/no/such/folder")
-    page.get_by_role("radio", name="custom").check()
-    page.locator("#load-models").click()
-    toast = page.locator(".toast-body, [data-testid='toast-body']").first
-    toast.wait_for(timeout=30_000)
-    assert "does not exist" in toast.inner_text() and "/no/such" not in toast.inner_text()
-    page.screenshot(path=os.path.join(ARTIFACTS, "models-error.png"), full_page=True)
     page.context.close()

@@ -9,7 +9,7 @@ from training.build_default import Recipe, cached_eval, main, stage
 from training.train_config import TrainConfig
 
 
-def test_smoke_build_then_resume_is_a_no_op(tmp_path):
+def test_smoke_build_then_resume_is_a_no_op(tmp_path, capsys):
     out = tmp_path / "build"
     assert main(["--smoke", "--output", str(out), "--threads", "2", "--install", str(tmp_path / "assets")]) == 0
     for name in ("tiny-ar-sft", "tiny-mars-b4"):
@@ -22,10 +22,15 @@ def test_smoke_build_then_resume_is_a_no_op(tmp_path):
     assert json.loads((out / "eval" / "ablations.json").read_text())["runs"]
     ablation = json.loads((out / "ablations" / "mars-b4-no-sft" / "training_config.json").read_text())
     assert (ablation["ar_weight"], ablation["steps"]) == (0.0, Recipe.smoke().ablation_steps)
-    before = (out / "build.json").stat().st_mtime_ns
-    assert main(["--smoke", "--output", str(out)]) == 0  # everything complete: only re-evaluated cards
-    assert json.loads((out / "tiny-mars-b4" / "training_config.json").read_text())["status"] == "finished"
-    assert (out / "build.json").stat().st_mtime_ns >= before
+    # everything complete: the second run trains and evaluates nothing, only rewrites the cards
+    kept = [out / d / f for d in ("tiny-ar-sft", "tiny-mars-b4", "ablations/mars-b4-no-sft")
+            for f in ("model.safetensors", "training_config.json")] + [out / "eval" / "eval.json"]
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept}
+    capsys.readouterr()
+    assert main(["--smoke", "--output", str(out)]) == 0
+    log = capsys.readouterr().out
+    assert "[train]" not in log and "[tokenizer]" not in log and log.count("[skip]") == 3
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept} == before
     # A finished stage of another recipe is refused, not silently reused.
     record = json.loads((out / "tiny-mars-b4" / "training_config.json").read_text())
     args = record["args"]  # dataclasses.asdict of the run's TrainConfig

@@ -75,6 +75,7 @@ def test_export_of_the_bundled_model(exported):
     out, summary = exported
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "qwen2" and config["architectures"] == ["Qwen2ForCausalLM"]
+    assert config["pard_token"] == 5  # vLLM's parallel drafting reads the mask id from here
     assert filecmp.cmp(BUNDLED / "model.safetensors", out / "model.safetensors", shallow=False)
     assert sorted(p.name for p in (out / "custom_generate").iterdir() if p.is_file()) == sorted(
         pathlib.Path(k).name for k in method_files())

@@ -120,10 +120,19 @@ def test_tau_control_and_mode_ar(ref, hf_model):
     ar = hf_model.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding, mode="ar",
                            mask_token_id=tok.mask_token_id, max_new_tokens=NEW, return_dict_in_generate=True)
     assert ar.accept_counts.max() == 1
-    control = TauControl(1.0)
-    one = hf_model.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding, tau_control=control,
-                            mask_token_id=tok.mask_token_id, max_new_tokens=NEW)
-    assert torch.equal(one, ar.sequences)
+    control = TauControl(0.0)  # accepts the whole block ...
+
+    class Slow(Puts):
+        def put(self, value):
+            super().put(value)
+            if len(self.puts) == 2:
+                control.tau = 1.0  # ... until the first forward is out: from then on one token per forward
+
+    out = hf_model.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding, tau_control=control,
+                            streamer=Slow(), mask_token_id=tok.mask_token_id, max_new_tokens=NEW,
+                            return_dict_in_generate=True)
+    counts = out.accept_counts[:, 0].tolist()
+    assert counts[0] == 4 and set(counts[1:]) == {1}
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -155,6 +164,6 @@ def test_bad_inputs_are_clear_errors(ref, hf_model):
         hf_model.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding, streamer=Puts(),
                           mask_token_id=tok.mask_token_id, max_new_tokens=8)
     eager = AutoModelForCausalLM.from_pretrained(str(BUNDLED), attn_implementation="eager")
-    with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
+    with pytest.raises(ValueError, match='attn_implementation="sdpa"'):
         eager.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding,
                        mask_token_id=tok.mask_token_id, max_new_tokens=8)

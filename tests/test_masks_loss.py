@@ -139,6 +139,26 @@ def test_mars_loss_is_the_same_under_eager_and_sdpa(tokenizer):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
 
 
+class Wrapped(torch.nn.Module):
+    """Like DistributedDataParallel: the model is `.module`, with no `config` of its own."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.module = model
+
+    def forward(self, **kwargs):
+        return self.module(**kwargs)
+
+
+def test_mars_loss_looks_through_a_wrapper(tokenizer):
+    eager, sdpa = _eager_and_sdpa(tokenizer)
+    ids, labels = batch(tokenizer)
+    with torch.no_grad():
+        a = mars_loss(Wrapped(eager), ids, labels, block_size=4, mask_token_id=tokenizer.mask_token_id)
+        b = mars_loss(sdpa, ids, labels, block_size=4, mask_token_id=tokenizer.mask_token_id)
+    torch.testing.assert_close(a.total, b.total, atol=1e-5, rtol=1e-5)
+
+
 def test_attention_that_cannot_take_the_mask_is_refused(tokenizer):
     m = make_model("qwen2", len(tokenizer))
     m.config._attn_implementation = "flash_attention_2"  # no kernel needed: refused before any forward

@@ -229,3 +229,10 @@ def test_adaptive_policy_moves_tau_and_requests_still_equal_alone(confident_mode
     for rid, (_, req) in zip(ids, arrivals):
         s = b.done[rid]
         assert (s.out, s.accepted) == alone(confident_model, tokenizer, req, s.taus), rid
+
+
+def test_a_model_without_sdpa_is_refused(tokenizer):
+    m = make_model("qwen2", len(tokenizer))
+    m.set_attn_implementation("eager")
+    with pytest.raises(ValueError, match="sdpa"):
+        Batcher(m, tokenizer, DecodeConfig())

@@ -63,7 +63,7 @@ def test_a_draining_queue_is_not_relaxed_further():
 def test_measured_latency_alone_relaxes_and_the_prediction_holds_it():
     """No queue, a slow machine: the expected latency over `high` relaxes tau; once relaxed, the
     lower latency does not tighten it back while tau = 1 would be too slow again."""
-    p = AdaptiveTau(latency_target=1.0, patience=3, tighten_patience=5)
+    p = AdaptiveTau(latency_target=1.0, patience=3, tighten_patience=5, low=0.25)
 
     def run(n, strict_secs, loose_secs):
         out = []
@@ -141,3 +141,32 @@ def test_same_loads_same_taus():
     assert [AdaptiveTau()(x) for x in loads[:1]] == [AdaptiveTau()(x) for x in loads[:1]]
     a, b = AdaptiveTau(), AdaptiveTau()
     assert [a(x) for x in loads] == [b(x) for x in loads]
+
+
+def test_a_preempted_forward_does_not_move_tau_but_a_slow_machine_does():
+    """The latency is a median over `window` steps: isolated 60 ms forwards (the OS gave the core
+    to another job) among 4 ms ones leave tau alone; a machine slow for most steps relaxes it."""
+    p = AdaptiveTau(latency_target=1.0, window=16)
+    taus = [p(Load(0, 2, 8, 0.06 if i % 5 == 0 else 0.004, 1.0, 70)) for i in range(400)]
+    assert set(taus) == {1.0}
+    taus = [p(Load(0, 2, 8, 0.004 if i % 5 == 0 else 0.06, 1.0, 70)) for i in range(400)]
+    assert taus[-1] < 1.0
+
+
+def test_tightening_uses_the_forward_time_measured_at_the_stricter_rung():
+    """At tau 1 a forward carries no masks and costs less (4 ms here against 8 ms): back in a
+    quiet phase, the policy predicts tau 1 from what tau 1 cost, not from today's MARS forward
+    (which would predict 0.56 s per reply, over `low`, and keep tau relaxed for good)."""
+    p = AdaptiveTau(latency_target=1.0, patience=2, tighten_patience=4)
+
+    def step(waiting, running):
+        strict = p.tau == 1.0
+        return p(Load(waiting, running, 8, 0.004 if strict else 0.008, 1.0 if strict else 3.4, 70))
+
+    for _ in range(20):
+        step(0, 1)  # quiet, tau 1: 70 tokens x 4 ms = 0.28 s per reply
+    for w in range(20):
+        step(w, 8)  # a queue builds
+    assert p.tau < 1.0
+    taus = [step(0, 1) for _ in range(300)]
+    assert taus[-1] == 1.0

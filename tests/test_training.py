@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 import mars_core
+import mars_core.prompts
 from mars_core import DecodeConfig
 from mars_core.loading import load_tokenizer
 from training import data as D
@@ -172,8 +173,13 @@ def test_ar_stage_learns_and_saves(ar_run):
         assert json.load(f)["eos_token_id"] == 4  # <|end|>
     model, tok = mars_core.load_model(out)
     assert model.config._attn_implementation == "sdpa" and tok.mask_token == "<|mask|>"
-    result = mars_core.generate(model, tok, ["What is 2 + 3?"], DecodeConfig(mode="ar", max_new_tokens=8))
-    assert result.stats.forwards >= 1
+    # the saved folder decodes as HF greedy does: same tokenizer, EOS from generation_config.json
+    prompt = "What is 2 + 3?"
+    result = mars_core.generate(model, tok, [prompt], DecodeConfig(mode="ar", max_new_tokens=8))
+    ids = torch.tensor([mars_core.prompts.encode_prompt(tok, prompt)])
+    hf = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8)
+    hf = hf[0, ids.shape[1]:].tolist()
+    assert result.token_ids[0] == (hf[: hf.index(4)] if 4 in hf else hf)
 
 
 def test_mars_stage_learns_and_saves(ar_run, tokenizer, tmp_path):
@@ -189,14 +195,49 @@ def test_mars_stage_learns_and_saves(ar_run, tokenizer, tmp_path):
         record = json.load(f)
     assert record["stage"] == "mars" and record["steps"] == 10 and record["args"]["init"] == init
     model, tok = mars_core.load_model(out)
-    result = mars_core.generate(model, tok, ["What is 2 + 3?"], DecodeConfig(tau=0.5, max_new_tokens=8))
-    assert result.stats.forwards >= 1
+    tau_one = mars_core.generate(model, tok, ["What is 2 + 3?"], DecodeConfig(tau=1.0, max_new_tokens=8))
+    ar = mars_core.generate(model, tok, ["What is 2 + 3?"], DecodeConfig(mode="ar", max_new_tokens=8))
+    assert tau_one.token_ids == ar.token_ids  # whether MARS training pays off: test_mars_training_*
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(out).config.vocab_size == len(tokenizer)
     # stage 2 kept stage 1's tokenizer exactly (not the Qwen2Tokenizer AutoTokenizer would pick)
     saved = load_tokenizer(out)
     assert len(saved) == len(tokenizer) and saved.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()
+
+
+TOY_ANSWER = "1234567890123456"  # one digit per token: the same 16 tokens after every prompt
+
+
+@pytest.fixture(scope="module")
+def toy(tok_dir, tmp_path_factory):
+    """A learnable toy: every prompt (same length) is answered by TOY_ANSWER. Stage 1 learns it;
+    stage 2 (MARS) must learn to predict its masked blocks."""
+    root = tmp_path_factory.mktemp("toy")
+    data = write_lines(root / "toy.jsonl", [json.dumps({"messages": [
+        {"role": "user", "content": f"Count, please ({k})."},
+        {"role": "assistant", "content": TOY_ANSWER}]}) for k in range(10, 74)])
+    common = dict(data=data, max_length=48, batch_size=8, lr=1e-2, save_every=0, log_every=1, quiet=True)
+    ar = str(root / "ar")
+    T.train(T.TrainConfig(stage="ar", output=ar, tokenizer=tok_dir, model_config="micro", max_steps=30, **common))
+    mars = str(root / "mars")
+    T.train(T.TrainConfig(stage="mars", output=mars, init=ar, block_size=4, max_steps=30, **common))
+    return ar, mars, data
+
+
+def test_mars_training_yields_several_tokens_per_forward(toy):
+    ar, mars, _ = toy
+    prompts = [f"Count, please ({k})." for k in (12, 50, 99)]
+    cfg = DecodeConfig(tau=0.5, block_size=4, max_new_tokens=24)
+    tpf = {}
+    for name, path in (("ar", ar), ("mars", mars)):
+        model, tok = mars_core.load_model(path)
+        result = mars_core.generate(model, tok, prompts, cfg)
+        tpf[name] = result.stats.tokens_per_forward
+        if name == "mars":
+            assert result.texts == [TOY_ANSWER] * 3
+    # the same decoding of the stage-1 model: its guesses at [MASK] slots rarely pass tau
+    assert tpf["mars"] >= 2.0 and tpf["mars"] >= tpf["ar"] + 1.0, tpf
 
 
 def test_resume_matches_uninterrupted_run(tok_dir, tmp_path):
@@ -282,4 +323,25 @@ def test_two_rank_data_parallel_run(tok_dir, tmp_path):
     first = record["first_batch_sha1"]
     assert len(first) == 2 and first[0] != first[1]  # each rank got its own batch
     assert len(losses(out)) == 3
+    mars_core.load_model(out)
+
+
+def test_two_rank_mars_stage(toy, tmp_path):
+    """The MARS stage under a real 2-process torchrun (CPU, gloo), from the toy's stage-1 model."""
+    ar, _, data = toy
+    out = str(tmp_path / "ddp-mars")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "training.train", "--stage", "mars", "--init", ar, "--output", out, "--data", data,
+           "--max-length", "48", "--batch-size", "4", "--block-size", "4", "--max-steps", "3", "--lr", "1e-2",
+           "--log-every", "1", "--threads", "1", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(out, C.CONFIG_FILE)) as f:
+        record = json.load(f)
+    assert record["world_size"] == 2 and record["stage"] == "mars" and record["block_size"] == 4
+    first = record["first_batch_sha1"]
+    assert len(first) == 2 and first[0] != first[1]  # each rank got its own batch
+    noisy, clean, total = (losses(out, k) for k in ("noisy", "clean", "loss"))
+    assert len(total) == 3 and all(abs(t - (n + c)) < 1e-4 for t, n, c in zip(total, noisy, clean))
     mars_core.load_model(out)

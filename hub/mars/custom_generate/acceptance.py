@@ -14,7 +14,8 @@ import torch
 from .config import check_tau
 
 
-def choose_tokens(logits: torch.Tensor, temperature: float, noise: torch.Tensor | None = None):
+def choose_tokens(logits: torch.Tensor, temperature: float,
+                  noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick a token per position and return (tokens, probs).
 
     logits: (N, B, V). temperature 0 is greedy. For sampling, `noise` is (N, B, V) uniform in
@@ -46,31 +47,36 @@ def confidence(probs: torch.Tensor, tokens: torch.Tensor, metric: str) -> torch.
     raise ValueError(f"unknown metric {metric!r}")
 
 
-def passes(conf: torch.Tensor, tau: float, metric: str) -> torch.Tensor:
+def passes(conf: torch.Tensor, tau: float | torch.Tensor, metric: str) -> torch.Tensor:
     """(N, B) bool: does each confidence pass `tau`?
 
     The strictest threshold (1 for probability / margin, 0 for entropy) passes nothing, so it
     decodes exactly one token per step even when a saturated softmax reports p == 1.0.
+    `tau` is a number, or a tensor (N,) of one threshold per sequence (a continuous batch mixes
+    requests at different tau); either way it is compared in the confidences' dtype.
     """
-    if metric == "entropy":
-        return (conf <= tau) & (tau > 0)
-    return (conf >= tau) & (tau < 1)
+    loose = tau > 0 if metric == "entropy" else tau < 1
+    if isinstance(tau, torch.Tensor):
+        tau, loose = tau.to(conf.dtype)[:, None], loose[:, None]
+    return (conf <= tau if metric == "entropy" else conf >= tau) & loose
 
 
 def accept(
     logits: torch.Tensor,
-    tau: float,
+    tau: float | torch.Tensor,
     metric: str = "probability",
     temperature: float = 0.0,
     noise: torch.Tensor | None = None,
     max_accept: int | None = None,
-):
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-to-right acceptance over a block.
 
     logits: (N, B, V) predictions for the B next positions of N sequences.
+    tau: a number, or (N,) float64 per-sequence thresholds the caller has checked.
     Returns tokens (N, B), conf (N, B) and n_accept (N,) with 1 <= n_accept <= B (or max_accept).
     """
-    tau = check_tau(tau, metric)
+    if not isinstance(tau, torch.Tensor):
+        tau = check_tau(tau, metric)
     tokens, probs = choose_tokens(logits, temperature, noise)  # (N, B), (N, B, V)
     conf = confidence(probs, tokens, metric)  # (N, B)
     ok = passes(conf, tau, metric)

@@ -16,16 +16,20 @@ block, so every sequence makes exactly the acceptance decisions it makes alone.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 
-from .decode_sliding import prefill, select
 from .decoding import Rows, StepEvent
+from .kv import prefill, select
 from .masks import causal_mask
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def _block_inputs(anchor, filled, commit, Bc: int, B: int, mask_id: int, device):
+
+def _block_inputs(anchor: list[int], filled: list[list[int]], commit: list[list[int]], Bc: int, B: int,
+                  mask_id: int, device: torch.device | str) -> tuple[torch.Tensor, list[int]]:
     """ids (R, W) of [commit segment | anchor, filled tokens, masks] and the column offset of
     each row's first prediction (its last real token)."""
     width = Bc + B - 1
@@ -38,7 +42,12 @@ def _block_inputs(anchor, filled, commit, Bc: int, B: int, mask_id: int, device)
 
 
 @torch.no_grad()
-def decode_block(model, rows: Rows, mask_id: int, pad_id: int, cache_block_size: int) -> Iterator[StepEvent]:
+def decode_block(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
+                 cache_block_size: int) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward until every row of `rows` stops; the tokens land in
+    `rows.out`. model: a causal LM under sdpa attention; each forward reads logits (R, B, V) for
+    the R rows still decoding. mask_id: the [MASK] id; pad_id: fills slots no query attends to.
+    cache_block_size: B_cache, the positions of one cache block (>= B)."""
     B, Bc = rows.block, cache_block_size
     cache, kv_valid, n_real = prefill(model, rows, pad_id)
     anchor = [p[-1] for p in rows.prompts]  # last committed token, not in the cache

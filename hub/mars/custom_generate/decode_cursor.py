@@ -31,12 +31,15 @@ buffers per finishing event, not per step).
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 from transformers.cache_utils import Cache
 
 from .decoding import Rows, StepEvent
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class CursorCache(Cache):
@@ -75,16 +78,20 @@ class CursorCache(Cache):
         self.values.append(torch.zeros((self.batch, H, self.capacity, value_states.shape[-1]),
                                        dtype=value_states.dtype, device=value_states.device))
 
-    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write a layer's new key/values (R, H, W, D) at the planned slots; return its keys and
+        values over the attended slots, (R, H, L, D) each (views of the buffers)."""
         if layer_idx == len(self.keys):
             self._alloc(key_states, value_states)
-        k, v = self.keys[layer_idx], self.values[layer_idx]
+        R = key_states.shape[0]  # the forward's rows are the buffer's first R rows
+        k, v = self.keys[layer_idx][:R], self.values[layer_idx][:R]
         if isinstance(self._start, int):
             s = self._start
             k[:, :, s:s + self._width] = key_states
             v[:, :, s:s + self._width] = value_states
         else:
-            R, H, W, D = key_states.shape
+            _, H, W, D = key_states.shape
             if self._start.dim() == 2:  # first layer of this forward: expand once
                 self._start = self._start[:, None, :, None].expand(R, H, W, D)
             k.scatter_(2, self._start, key_states)
@@ -100,6 +107,12 @@ class CursorCache(Cache):
     def get_max_length(self, layer_idx: int | None = None) -> int:
         return self.capacity
 
+    def move_row(self, src: int, dst: int, length: int) -> None:
+        """Copy the first `length` slots of row `src` into row `dst` (a continuous batch keeps its
+        running rows at the top of the buffer by moving the last one into a freed row)."""
+        for buf in self.keys + self.values:
+            buf[dst, :, :length] = buf[src, :, :length]
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self.keys = [k[indices] for k in self.keys]
         self.values = [v[indices] for v in self.values]
@@ -112,35 +125,49 @@ class CursorCache(Cache):
         self.keys, self.values = [], []
 
 
+def cursor_forward(model: PreTrainedModel, cache: CursorCache, feed: list[list[int]], cursor: list[int],
+                   predictions: int, mask_id: int, pad_id: int) -> torch.Tensor:
+    """One forward of R rows at their own cursors; returns the logits (R, predictions, V).
+
+    Row i feeds its uncached real tokens `feed[i]` and `predictions - 1` masks at slots
+    [cursor[i], cursor[i] + W); the predictions are read from its last real token and its masks.
+    The caller advances each cursor by len(feed[i]) afterwards (the masks are overwritten).
+    """
+    dev = next(model.parameters()).device
+    masks = [mask_id] * (predictions - 1)
+    k = [len(f) for f in feed]
+    W = max(k) + predictions - 1
+    ids = torch.tensor([f + masks + [pad_id] * (W - n - predictions + 1) for f, n in zip(feed, k)], device=dev)
+    start = torch.tensor(cursor, device=dev)
+    pos = start[:, None] + torch.arange(W, device=dev)  # (R, W)
+    L = max(cursor) + W
+    visible = torch.arange(L, device=dev)[None, None, :] <= pos[:, :, None]  # (R, W, L)
+    cache.plan(cursor, pos, L)
+    if min(k) == max(k):  # no padding: the predictions are the last columns of every row
+        keep_cols = predictions
+    else:
+        keep_cols = torch.tensor(k, device=dev)[:, None] - 1 + torch.arange(predictions, device=dev)  # (R, P)
+    return model(input_ids=ids, attention_mask=visible[:, None], position_ids=pos, cache=cache,
+                 use_cache=True, logits_to_keep=keep_cols).logits
+
+
 @torch.no_grad()
-def decode_cursor(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+def decode_cursor(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward until every row of `rows` stops; the tokens land in
+    `rows.out`. model: a causal LM under sdpa attention; each forward reads logits (R, B, V) for
+    the R rows still decoding. mask_id: the [MASK] id; pad_id: fills slots no query attends to."""
     B = rows.block
     dev = rows.device
     longest = max(len(p) for p in rows.prompts)
     cache = CursorCache(len(rows.prompts), longest + rows.cfg.max_new_tokens + 2 * B)
     cursor = [0] * len(rows.prompts)  # cached tokens per row (= next slot = next position id)
     feed = [list(p) for p in rows.prompts]  # real tokens not yet in the cache
-    masks = [mask_id] * (B - 1)
-    ar_B = torch.arange(B, device=dev)
     while rows.running():
         tau = rows.tau()
-        k = [len(f) for f in feed]
-        W = max(k) + B - 1
-        ids = torch.tensor([f + masks + [pad_id] * (W - n - B + 1) for f, n in zip(feed, k)], device=dev)
-        start = torch.tensor(cursor, device=dev)
-        pos = start[:, None] + torch.arange(W, device=dev)  # (R, W)
-        L = max(cursor) + W
-        visible = torch.arange(L, device=dev)[None, None, :] <= pos[:, :, None]  # (R, W, L)
-        cache.plan(cursor, pos, L)
-        if min(k) == max(k):  # no padding: the predictions are the last B columns of every row
-            keep_cols = B
-        else:
-            keep_cols = torch.tensor(k, device=dev)[:, None] - 1 + ar_B  # (R, B)
-        out = model(input_ids=ids, attention_mask=visible[:, None], position_ids=pos, cache=cache,
-                    use_cache=True, logits_to_keep=keep_cols)  # (R, B, V)
-        cursor = [c + n for c, n in zip(cursor, k)]
+        logits = cursor_forward(model, cache, feed, cursor, B, mask_id, pad_id)  # (R, B, V)
+        cursor = [c + len(f) for c, f in zip(cursor, feed)]
         live = rows.active
-        tokens, conf, n_acc = rows.accept(out.logits, live, tau)
+        tokens, conf, n_acc = rows.accept(logits, live, tau)
         event, feed = rows.commit(live, tokens, conf, n_acc, tau)
         keep = rows.still_active()
         if keep and len(keep) < len(cursor):

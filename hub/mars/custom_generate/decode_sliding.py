@@ -15,38 +15,24 @@ that finish are dropped from the batch (and the cache).
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
 
 from .decoding import Rows, StepEvent, left_pad, positions
+from .kv import prefill, select
 from .masks import causal_mask
 
-
-@torch.no_grad()
-def prefill(model, rows: Rows, pad_id: int):
-    """Cache every prompt token but the last. Returns (cache, key_valid (N, L), n_real (N,))."""
-    ids, valid = left_pad([p[:-1] for p in rows.prompts], pad_id, rows.device)
-    cache = DynamicCache(config=model.config)
-    if ids.shape[1] > 0:
-        model(input_ids=ids, attention_mask=causal_mask(valid, ids.shape[1]),
-              position_ids=positions(valid), cache=cache, use_cache=True, logits_to_keep=1)
-        rows.stats.prefill_forwards += 1
-    return cache, valid, valid.sum(dim=1)
-
-
-def select(keep: list[int], cache, *tensors):
-    """Keep only the batch rows `keep` of the cache and of each tensor (no copy if all stay)."""
-    if len(keep) == tensors[0].shape[0]:
-        return tensors
-    idx = torch.tensor(keep, dtype=torch.long, device=tensors[0].device)
-    cache.batch_select_indices(idx)
-    return tuple(t[idx] for t in tensors)
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @torch.no_grad()
-def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+def decode_sliding(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward until every row of `rows` stops; the tokens land in
+    `rows.out`. model: a causal LM under sdpa attention; each forward reads logits (R, B, V) for
+    the R rows still decoding. mask_id: the [MASK] id; pad_id: fills slots no query attends to."""
     if len(rows.prompts) == 1:
         yield from decode_sliding_one(model, rows, mask_id)
         return
@@ -76,13 +62,14 @@ def decode_sliding(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[Ste
 
 
 @torch.no_grad()
-def decode_sliding_one(model, rows: Rows, mask_id: int) -> Iterator[StepEvent]:
+def decode_sliding_one(model: PreTrainedModel, rows: Rows, mask_id: int) -> Iterator[StepEvent]:
     """The same decode for a single sequence, without the batch bookkeeping.
 
     One sequence has no padding and no holes: cache slot = position id, so the model's own causal
     mask and positions (from the cache length) are exact, a step is one tensor built from host
-    ints plus the forward, and the prompt needs no forward of its own. The padding, mask and
-    position tensors of the batched loop made `ar` at batch 1 about 0.88x `model.generate` here.
+    ints plus the forward, and the prompt needs no forward of its own. The batched loop's
+    per-step padding, mask and position tensors would dominate a small model's step
+    (docs/experiments.md).
     """
     B = rows.block
     cache = DynamicCache(config=model.config)

@@ -27,6 +27,9 @@ class DecodeStats:
     row_forwards:      sum over forwards of the sequences that were decoding in it (an idle or
                        finished sequence in a batch is not counted); equals `forwards` at batch 1
     accepted_per_step: for every forward, the tokens each sequence accepted (0: not decoding)
+    drafted:           drafts verified ("lossless", "spec"), summed over sequences
+    accepted_drafts:   of those, the drafts the verification accepted
+    draft_forwards:    forwards of the draft model ("spec")
     """
 
     forwards: int = 0
@@ -35,15 +38,39 @@ class DecodeStats:
     row_forwards: int = 0
     seconds: float = 0.0
     accepted_per_step: list[list[int]] = field(default_factory=list)
+    drafted: int = 0
+    accepted_drafts: int = 0
+    draft_forwards: int = 0
 
     @property
     def tokens_per_forward(self) -> float:
-        """Tokens per forward per sequence (the paper's T/F)."""
+        """Tokens per forward per sequence (the paper's T/F); in "spec", per target forward."""
         return self.tokens / self.row_forwards if self.row_forwards else 0.0
+
+    @property
+    def tokens_per_target_forward(self) -> float:
+        """The same figure under the name speculative decoding uses (draft forwards not counted)."""
+        return self.tokens_per_forward
+
+    @property
+    def draft_acceptance(self) -> float:
+        """Share of the verified drafts that were accepted."""
+        return self.accepted_drafts / self.drafted if self.drafted else 0.0
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def idle_slots(self) -> int:
+        """Forwards in which a sequence that had not finished accepted nothing (it waited, e.g.
+        at a block-cache boundary for the others); the forwards after its last token do not count."""
+        idle = 0
+        for i in range(len(self.accepted_per_step[0]) if self.accepted_per_step else 0):
+            col = [step[i] for step in self.accepted_per_step]
+            last = max((k for k, v in enumerate(col) if v > 0), default=-1)
+            idle += sum(1 for v in col[:last] if v == 0)
+        return idle
 
     def per_sequence(self, i: int) -> list[int]:
         """Accepted counts of sequence `i` over the steps in which it decoded."""
@@ -62,6 +89,13 @@ class StepEvent:
     generated: int  # tokens generated so far, all sequences
     elapsed: float  # seconds since the decode started, prefill included
     tau: float  # the threshold this step used
+    # per sequence: all B predictions of this forward and their confidences, accepted or not
+    # (empty for a sequence that did not decode in it); what a step-by-step replay shows
+    proposed: list[list[int]] = field(default_factory=list)
+    proposed_confidences: list[list[float]] = field(default_factory=list)
+    # per sequence, how many of `tokens` are verified drafts (they come first); the next one is
+    # the model's own AR token and any after it were accepted by tau. None: no drafts in this mode
+    verified: list[int] | None = None
 
 
 class RowRandom:
@@ -70,11 +104,12 @@ class RowRandom:
     Sequence i of a batch is seeded with `seed + i`.
     """
 
-    def __init__(self, n: int, seed: int, device):
+    def __init__(self, n: int, seed: int, device: torch.device | str):
         self.gens = [torch.Generator(device=device).manual_seed(seed + i) for i in range(n)]
         self.device = device
 
     def noise(self, rows: list[int], block: int, vocab: int) -> torch.Tensor:
+        """Uniform (0, 1) noise (len(rows), block, vocab), each row from its own stream."""
         draws = [torch.rand(block, vocab, generator=self.gens[r], device=self.device) for r in rows]
         return torch.stack(draws)  # (len(rows), B, V)
 
@@ -107,34 +142,39 @@ class Rows:
     def tau(self) -> float:
         return self.control.tau
 
-    def accept(self, logits: torch.Tensor, rows: list[int], tau: float):
+    def accept(self, logits: torch.Tensor, rows: list[int],
+               tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Acceptance for the sequences `rows` (original indices); logits (len(rows), B, V)."""
         noise = None
         if self.random is not None:
             noise = self.random.noise(rows, logits.shape[1], logits.shape[2])
         return accept(logits, tau, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
 
-    def commit(self, rows: list[int], tokens, conf, n_accept, tau: float) -> tuple[StepEvent, list[list[int]]]:
+    def commit(self, rows: list[int], tokens: torch.Tensor, conf: torch.Tensor, n_accept: torch.Tensor, tau: float,
+               extra: torch.Tensor | None = None) -> tuple[StepEvent, list[list[int]]]:
         """Record one forward for the decoding sequences `rows` (original indices).
 
         tokens, conf: (R, B); n_accept: (R,). Accepted tokens are cut at the first stop id and
         at `max_new_tokens`. Returns the event and, per row of `rows`, the ids to feed back.
+        `extra` (R, m), optional, travels to the host in the same sync: `self.synced` then holds
+        its rows as lists of floats.
         """
-        B = tokens.shape[1]
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
-        idx = torch.arange(B, device=tokens.device)
-        stop = torch.isin(tokens, self.stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
-        hit = stop.any(dim=1)
-        first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
-        take = torch.minimum(first_stop, remaining)
-        done = hit | (take >= remaining)
-        packed = torch.cat([tokens.double(), conf.double(), take[:, None].double(),
-                            done[:, None].double()], dim=1).tolist()  # the one host sync
+        take, done = cut(tokens, n_accept, self.stop_ids, remaining)
+        packed = pack(tokens, conf, take, done, extra).tolist()  # the one host sync
+        return self.record(rows, packed, tau, tokens.shape[1])
+
+    def record(self, rows: list[int], packed: list[list[float]], tau: float,
+               B: int) -> tuple[StepEvent, list[list[int]]]:
+        """The host half of `commit`: `packed` holds one `pack`ed row (block B) per sequence of `rows`."""
+        self.synced = [row[2 * B + 2:] for row in packed]
         counts = [0] * len(self.prompts)
         feed = []
         ev_tokens = [[] for _ in self.prompts]
         ev_conf = [[] for _ in self.prompts]
+        proposed = [[] for _ in self.prompts]
+        proposed_conf = [[] for _ in self.prompts]
         for r, row in zip(rows, packed):
             k = int(row[2 * B])
             ids = [int(t) for t in row[:k]]
@@ -143,6 +183,7 @@ class Rows:
             self.out[r].extend(ids)
             self.conf[r].extend(row[B:B + k])
             ev_tokens[r], ev_conf[r] = ids, row[B:B + k]
+            proposed[r], proposed_conf[r] = [int(t) for t in row[:B]], row[B:2 * B]
             self.finished[r] = self.finished[r] or bool(row[2 * B + 1])
             counts[r] = max(k, 1)  # a step that only emitted EOS still used the forward
             feed.append(ids)
@@ -152,7 +193,7 @@ class Rows:
         self.stats.accepted_per_step.append(counts)
         self.stats.seconds = time.perf_counter() - self.t0
         event = StepEvent(self.stats.forwards - 1, ev_tokens, ev_conf, list(self.finished),
-                          self.stats.forwards, self.stats.tokens, self.stats.seconds, tau)
+                          self.stats.forwards, self.stats.tokens, self.stats.seconds, tau, proposed, proposed_conf)
         return event, feed
 
     def running(self) -> bool:
@@ -169,7 +210,32 @@ class Rows:
         return keep
 
 
-def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
+        remaining: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut each row's accepted tokens at its first stop id and at its remaining budget.
+
+    tokens (R, B), n_accept (R,), remaining (R,) -> take (R,) tokens kept, done (R,) bool.
+    """
+    idx = torch.arange(tokens.shape[1], device=tokens.device)
+    stop = torch.isin(tokens, stop_ids) & (idx[None] < n_accept[:, None])  # (R, B)
+    hit = stop.any(dim=1)
+    first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
+    take = torch.minimum(first_stop, remaining)
+    return take, hit | (take >= remaining)
+
+
+def pack(tokens: torch.Tensor, conf: torch.Tensor, take: torch.Tensor, done: torch.Tensor,
+         extra: torch.Tensor | None = None) -> torch.Tensor:
+    """One step's outcome as one tensor, so that the host reads it with a single sync:
+    (R, 2B + 2 [+ m]) float64 = [tokens (B) | confidences (B) | take | done | extra (m), if any]
+    (token ids are exact in float64)."""
+    cols = [tokens.double(), conf.double(), take[:, None].double(), done[:, None].double()]
+    if extra is not None:
+        cols.append(extra.double())
+    return torch.cat(cols, dim=1)
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad to one length: ids (N, L) long and valid (N, L) bool."""
     width = max((len(s) for s in seqs), default=0)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)

@@ -131,10 +131,6 @@ def _check_request(model, gc, synced_gpus, logits_processor, stopping_criteria) 
             raise ValueError(f"MARS decoding does not support {name}={getattr(gc, name)!r} (allowed: {default!r})")
     if getattr(model.config, "is_encoder_decoder", False):
         raise ValueError("MARS decoding needs a decoder-only causal LM")
-    attn = getattr(model.config, "_attn_implementation", None)
-    if attn != "sdpa":  # eager adds the mask to the scores: a boolean mask would be ignored
-        raise ValueError(f"MARS decoding needs attn_implementation='sdpa' (the model uses {attn!r}); "
-                         "load it with from_pretrained(..., attn_implementation='sdpa')")
     odd = [type(c).__name__ for c in stopping_criteria or [] if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
     if odd:
         raise ValueError(f"MARS decoding stops at EOS or max_new_tokens only; unsupported stopping criteria: {odd}")

@@ -1,0 +1,96 @@
+"""Benchmark rows for exact multi-token decoding: lossless MARS, speculative decoding, HF assisted.
+
+Imported by the CLI (bench.py) so that these `register` calls run before it parses arguments.
+All run on the MARS model (the target); the spec rows and `hf-assisted` draft with
+`--draft-model` (default: the AR model, which shares the bundled tokenizer), `--draft-tokens` K
+tokens per step. Their `= ref` compares with `hf-generate-mars`, `model.generate` of the MARS
+model (greedy AR): lossless, spec and spec-mars at tau 1 must be 100%. T/F counts target
+forwards only; the draft's forwards are extra work (see `calls`, target only).
+"""
+from __future__ import annotations
+
+import copy
+
+from mars_core.config import DecodeConfig
+from mars_core.generate import decode_steps
+from mars_core.loading import load_model
+from mars_core.prompts import special_ids
+
+from .methods import Method, _hf_batch, register, run_hf
+
+_DRAFTS: dict = {}
+
+
+def draft_model(args):
+    """The draft model of --draft-model, loaded once per process (outside the timed runs: the
+    warm-up calls this first)."""
+    key = (args.draft_model, args.device, args.dtype)
+    if key not in _DRAFTS:
+        _DRAFTS[key] = load_model(args.draft_model, device=args.device, dtype=args.dtype)[0]
+    return _DRAFTS[key]
+
+
+def _decode(model, tok, ids, cfg: DecodeConfig, draft=None):
+    rows, steps = decode_steps(model, tok, ids, cfg, draft_model=draft)
+    for _ in steps:
+        pass
+    return rows.out, rows.stats.row_forwards
+
+
+def run_lossless(method: Method, model, tok, ids, tau, args, counter):
+    cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens)
+    return _decode(model, tok, ids, cfg)
+
+
+def run_spec(method: Method, model, tok, ids, tau, args, counter):
+    """Standard speculative decoding (target block 1: no mask groups), or with the MARS target's
+    groups at `tau` (spec-mars)."""
+    mars = method.name == "spec-mars"
+    cfg = DecodeConfig(mode="spec", block_size=args.block_size if mars else 1, tau=tau if mars else 1.0,
+                       metric=args.metric, draft_tokens=args.draft_tokens, cache="cursor",
+                       max_new_tokens=args.max_new_tokens)
+    return _decode(model, tok, ids, cfg, draft_model(args))
+
+
+def run_hf_assisted(method: Method, model, tok, ids, tau, args, counter):
+    """`model.generate(assistant_model=draft)`, K drafts per step (constant schedule, no early
+    stop on the draft's confidence, as ours); HF runs it at batch 1 only: prompt by prompt."""
+    draft = draft_model(args)
+    if "draft" not in method.state:
+        draft = copy.copy(draft)
+        draft.generation_config = copy.deepcopy(draft.generation_config)
+        draft.generation_config.num_assistant_tokens = args.draft_tokens
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
+        draft.generation_config.assistant_confidence_threshold = 0.0
+        method.state["draft"] = draft
+    _, pad_id, stop = special_ids(model, tok)
+    tokens, row_forwards = [], 0
+    for seq in ids:
+        before = counter.n
+        got, _ = _hf_batch(model, [seq], pad_id, stop, args.max_new_tokens, assistant_model=method.state["draft"])
+        tokens += got
+        row_forwards += counter.n - before
+    return tokens, row_forwards
+
+
+def _assisted_note(args) -> str | None:
+    if max(args.batch_sizes) > 1:
+        return "hf-assisted: HF assisted generation supports batch size 1 only; at batch > 1 the prompts are decoded one after the other."
+    return None
+
+
+register(Method("hf-generate-mars", "mars", run_hf, reference=True,
+                help="`model.generate(do_sample=False)` of the MARS model: the AR output the\n"
+                     "exact rows (mars-lossless, spec, spec-mars at tau 1) must reproduce"))
+register(Method("mars-lossless", "mars", run_lossless, "cursor", exact=True,
+                help="lossless MARS: the model's mask predictions are drafts its next forward\n"
+                     "verifies (cursor cache); token for token AR"))
+register(Method("spec", "mars", run_spec, "cursor", exact=True,
+                help="speculative decoding: --draft-model proposes --draft-tokens, the MARS\n"
+                     "model verifies as an AR model (cursor caches); token for token AR"))
+register(Method("spec-mars", "mars", run_spec, "cursor", uses_tau=True, exact=True,
+                help="the paper's 4.6: spec, and after the accepted drafts the target's own\n"
+                     "block by the tau rule; exact at tau 1 only"))
+register(Method("hf-assisted", "mars", run_hf_assisted, optional=True, exact=True, note=_assisted_note,
+                help="`model.generate(assistant_model=draft)`, HF's speculative decoding with\n"
+                     "the same draft and K; batch 1 only, so a batch is decoded prompt by prompt"))

@@ -1,0 +1,135 @@
+"""Exact multi-token decoding: lossless MARS (self-verification) and MARS x speculative decoding.
+
+`mode="lossless"`: a MARS model is its own drafter. The B - 1 mask predictions of one forward
+are the drafts of the next; the next forward verifies them with the model's ordinary next-token
+predictions (causal attention: a real token's prediction never sees what comes after it) and, in
+the same forward, drafts again. Every emitted token is a verified draft or the model's own AR
+token, so greedy output is token for token `mode="ar"`'s, and sampling (speculative rejection
+sampling, `verify`) is distributed exactly as AR sampling. A step emits j + 1 tokens (j <= B - 1
+accepted drafts): at most B, as MARS.
+
+`mode="spec"` (the paper's section 4.6): a draft model proposes K tokens (`speculative`); the
+target verifies them in one forward that also carries the mask groups; after j accepted drafts
+the target's own block after d_j (its AR token, then its B - 1 mask predictions, accepted left to
+right by tau) is emitted instead of the single bonus token. At tau = 1 (or B = 1) it is standard
+speculative decoding and exact; the tau-accepted tokens are not covered by the guarantee.
+
+The mask groups (`verify_forward`): the forward carries one group of B - 1 masks per possible
+accept count, group g standing right after d_g. New drafts (lossless) or extra tokens (spec) are
+then valid whatever j turns out to be. Measured alternatives (docs/lossless.md): a single group
+after d_k (drafts only when every draft was accepted) and groups for j = 0 and j = k only; on
+the bundled model they lose more tokens per forward than the narrower forward saves.
+
+Randomness per sequence and step, in this order, from the row's own stream (`RowRandom`): the
+draft model's noise (spec), K uniforms for the acceptance tests, then (B, V) Gumbel noise (row 0
+for the bonus, rows 1.. for the new drafts or the extra tokens). Shapes never depend on the
+batch, so a row decodes exactly as it would alone.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from .acceptance import choose_tokens, confidence
+from .decoding import Rows, StepEvent
+from .speculative import ModelDrafter, vocab_size
+from .verify import after_drafts, block_after, draft_confidence, verify_drafts
+from .verify_forward import CursorContext, NoCacheContext
+
+
+class SelfDrafter:
+    """Lossless MARS: the drafts are the previous forward's mask predictions (group j)."""
+
+    def __init__(self, n_rows: int):
+        self.drafts: list[list[int]] = [[] for _ in range(n_rows)]  # none before the first forward
+        self.q: torch.Tensor | None = None  # (R, B - 1, V) their distributions (sampling)
+
+    def propose(self):
+        return self.drafts, self.q
+
+    def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]], q: torch.Tensor | None) -> None:
+        self.drafts, self.q = drafts, q
+
+    def select(self, keep: list[int]) -> None:
+        self.drafts = [self.drafts[i] for i in keep]
+        if self.q is not None:
+            self.q = self.q[torch.tensor(keep, dtype=torch.long, device=self.q.device)]
+
+
+def _context(model, rows: Rows, extra: int, mask_id: int, pad_id: int):
+    n = len(rows.prompts)
+    if rows.cfg.cache == "none":
+        return NoCacheContext(model, n, mask_id, pad_id, rows.device)
+    capacity = max(len(p) for p in rows.prompts) + rows.cfg.max_new_tokens + extra
+    return CursorContext(model, n, capacity, mask_id, pad_id, rows.device)
+
+
+@torch.no_grad()
+def decode_exact(model, rows: Rows, mask_id: int, pad_id: int, draft_model=None,
+                 drafter=None) -> Iterator[StepEvent]:
+    """`mode="lossless"` (draft_model None) or `mode="spec"`, on cache "none" or "cursor".
+
+    `drafter` replaces the drafts (tests feed adversarial ones): an object with `propose()` ->
+    (drafts: list of id lists, q (R, K, V) or None), `update(j, emitted, new_drafts, new_q)`,
+    `select(keep)` and `K` (most drafts per step), as `SelfDrafter` and `speculative.ModelDrafter`.
+    """
+    cfg = rows.cfg
+    B, spec = cfg.block_size, cfg.mode == "spec"
+    K = getattr(drafter, "K", cfg.draft_tokens if spec else B - 1)  # drafts per step, at most
+    V = vocab_size(model)
+    target = _context(model, rows, K + (K + 1) * B + B, mask_id, pad_id)
+    if drafter is None and spec:
+        draft_ctx = _context(draft_model, rows, K + 2 * cfg.draft_block_size, mask_id, pad_id)
+        drafter = ModelDrafter(draft_ctx, rows, K, V)
+    elif drafter is None:
+        drafter = SelfDrafter(len(rows.prompts))
+    feed = [list(p) for p in rows.prompts]  # the target's new real tokens
+    while rows.running():
+        tau, live = rows.tau(), rows.active
+        drafts, q = drafter.propose()
+        verify, masks, sel = target.forward(feed, drafts, B, cfg.draft_groups)  # (R, k + 1, V), (R, G, B - 1, V)
+        R, k = verify.shape[0], verify.shape[1] - 1
+        V = verify.shape[-1]
+        d = torch.tensor([x + [0] * (k - len(x)) for x in drafts], dtype=torch.long, device=rows.device)
+        n_d = torch.tensor([len(x) for x in drafts], device=rows.device)
+        uniform = gumbel = None
+        if rows.random is not None:
+            uniform = rows.random.noise(live, 1, K)[:, 0, :k]
+            gumbel = rows.random.noise(live, B, V)
+        j, bonus, probs = verify_drafts(d, n_d, None if q is None else q[:, :k], verify, cfg.temperature,
+                                        uniform, None if gumbel is None else gumbel[:, 0])
+        at = torch.arange(R, device=rows.device)
+        match = sel == j[:, None]  # (R, G): the group standing right after d_j, if the forward has it
+        has_group = match.any(dim=1)
+        group = masks[at, match.long().argmax(dim=1)]  # (R, B - 1, V)
+        noise = None if gumbel is None else gumbel[:, 1:]
+        if spec:
+            block, block_conf, n_block = block_after(bonus, probs[at, j], group, tau, cfg.metric,
+                                                     cfg.temperature, noise, cfg.max_accept)
+            n_block = torch.where(has_group, n_block, torch.ones_like(n_block))
+            new_q = None
+            extra = j[:, None]
+        else:
+            block = bonus[:, None]
+            block_conf = confidence(probs[at, j][:, None], block, cfg.metric)
+            n_block = torch.ones_like(j)
+            new_drafts, new_q = choose_tokens(group, cfg.temperature, noise)  # (R, B - 1), (R, B - 1, V)
+            extra = torch.cat([j[:, None], has_group[:, None], new_drafts], dim=1)
+        tokens, conf, n = after_drafts(d, draft_confidence(probs, d, cfg.metric), j, block, block_conf, n_block)
+        event, emitted = rows.commit(live, tokens, conf, n, tau, extra)
+        js = [int(x[0]) for x in rows.synced]
+        event.verified = [0] * len(rows.prompts)
+        for r, a, e in zip(live, js, emitted):
+            event.verified[r] = min(a, len(e))
+        rows.stats.drafted += sum(len(x) for x in drafts)
+        rows.stats.accepted_drafts += sum(js)
+        target.keep(js)
+        feed = [e[a:] for e, a in zip(emitted, js)]
+        new = [[int(t) for t in x[2:]] if len(x) > 1 and x[1] else [] for x in rows.synced]
+        drafter.update(js, emitted, new, None if rows.random is None else new_q)
+        keep = rows.still_active()
+        target.select(keep)
+        drafter.select(keep)
+        feed = [feed[i] for i in keep]
+        yield event

@@ -1,0 +1,182 @@
+"""One forward that verifies drafts and carries mask groups, with and without a KV cache.
+
+Per sequence, a step forwards its new real tokens (not yet cached), its k drafts d_1..d_k and
+k + 1 groups of B - 1 [MASK] tokens. Group g (g = 0..k) stands logically right after d_g (after
+the last real token for g = 0): it sees the prefix and d_1..d_g only, is causal inside, is
+invisible to every other token, and its position ids continue from d_g. So whatever number j of
+drafts the verification accepts, group j holds exactly the mask predictions a plain MARS
+forward of prefix + d_1..d_j would make:
+
+    chain  (causal)        group 0          group 1            ...  group k
+    t .. t  d1 d2 .. dk  | M M M (after t) | M M M (after d1) | ... | M M M (after dk)
+
+The outputs are, per sequence, p_1..p_{k+1} (the predictions at the last real token and at
+d_1..d_k: the verification) and, per group, its B - 1 mask predictions.
+
+Both contexts keep, per sequence, the text the model has "committed" (the real tokens and the
+accepted drafts) and expose the same four calls: `forward`, `keep` (the first j drafts of the
+last forward become committed), `rollback` (forget the last n committed tokens: a rejected
+draft model proposal) and `select` (drop finished rows).
+
+- `NoCacheContext` is the reference: it recomputes everything and builds group g by an ordinary
+  causal MARS forward of prefix + d_1..d_g + masks, k + 1 forwards in all. No 4-D group mask is
+  involved, so it checks the one-forward layout independently.
+- `CursorContext` does it in ONE forward on a `CursorCache`: the window [real | drafts | groups]
+  is written at the row's cursor with a 4-D boolean mask; `keep(j)` advances the cursor past the
+  real tokens and the j accepted drafts, whose key/values were computed causally and are exact;
+  everything after is overwritten by the next step (no crop, no copy). `rollback` moves the
+  cursor back.
+"""
+from __future__ import annotations
+
+import torch
+
+from .decode_cursor import CursorCache
+from .decoding import left_pad, positions
+from .masks import causal_mask
+
+
+GROUPS = ("all", "last", "ends")
+
+
+def group_choice(k: list[int], groups: str) -> list[list[int]]:
+    """Per row, the accept counts j whose group of masks the forward carries (one list length).
+
+    "all": every j = 0..k (padded with k); "last": j = k only (every draft accepted); "ends":
+    j = 0 and j = k.
+    """
+    if groups == "last":
+        return [[a] for a in k]
+    if groups == "ends":
+        return [[0, a] for a in k]
+    K = max(k)
+    return [list(range(a + 1)) + [a] * (K - a) for a in k]
+
+
+class NoCacheContext:
+    """Full recompute every forward; each group is a separate causal forward (the reference)."""
+
+    def __init__(self, model, n_rows: int, mask_id: int, pad_id: int, device):
+        self.model, self.mask_id, self.pad_id, self.device = model, mask_id, pad_id, device
+        self.seq: list[list[int]] = [[] for _ in range(n_rows)]
+        self.drafts: list[list[int]] = [[] for _ in range(n_rows)]
+
+    def _forward(self, seqs: list[list[int]], B: int) -> torch.Tensor:
+        ids, valid = left_pad(seqs, self.pad_id, self.device)
+        return self.model(input_ids=ids, attention_mask=causal_mask(valid, ids.shape[1]),
+                          position_ids=positions(valid), logits_to_keep=B).logits  # (R, B, V)
+
+    def forward(self, new: list[list[int]], drafts: list[list[int]], B: int, groups: str = "all"):
+        """Append `new` to each row's text. Returns verify (R, K + 1, V): p_1..p_{K+1} with K =
+        the longest draft list (rows with fewer drafts repeat their last); masks (R, G, B - 1, V):
+        the groups; sel (R, G) long: the accept count each group stands after."""
+        self.seq = [s + n for s, n in zip(self.seq, new)]
+        self.drafts = drafts
+        k = [len(d) for d in drafts]
+        K = max(k)
+        chain = self._forward([s + d for s, d in zip(self.seq, drafts)], K + 1)[:, -(K + 1):] if K else None
+        sel = group_choice(k, groups)
+        masks = []
+        for h in range(len(sel[0])):
+            logits = self._forward([s + d[: c[h]] + [self.mask_id] * (B - 1)
+                                    for s, d, c in zip(self.seq, drafts, sel)], B)
+            masks.append(logits[:, 1:])
+            if h == 0 and chain is None:
+                chain = logits[:, :1]
+        # p_i for a row with k < K: its own predictions first, then the last one repeated
+        idx = torch.tensor([[min(i, a) + K - a for i in range(K + 1)] for a in k], device=self.device)
+        verify = chain.gather(1, idx[..., None].expand(-1, -1, chain.shape[-1]))
+        return verify, torch.stack(masks, dim=1), torch.tensor(sel, device=self.device)
+
+    def keep(self, j: list[int]) -> None:
+        self.seq = [s + d[:n] for s, d, n in zip(self.seq, self.drafts, j)]
+
+    def rollback(self, n: list[int]) -> None:
+        self.seq = [s[: len(s) - k] for s, k in zip(self.seq, n)]
+
+    def select(self, keep: list[int]) -> None:
+        self.seq = [self.seq[i] for i in keep]
+        self.drafts = [self.drafts[i] for i in keep]
+
+
+def window_layout(n: torch.Tensor, k: torch.Tensor, sel: torch.Tensor, B: int, W: int):
+    """The one-forward window of every row, vectorised over rows.
+
+    n, k (R,): new real tokens and drafts per row; sel (R, G): the accept count each group of
+    B - 1 masks stands after; W >= max(n + k + G (B - 1)). Returns pattern (R, W, W) bool
+    (query, key inside the window), rel_pos (R, W) position offsets from the row's cursor and
+    keep (R, K + 1 + G (B - 1)): the columns of p_1..p_{K+1} (K = max k; rows with fewer
+    drafts repeat their last), then of the groups' masks.
+    """
+    dev = n.device
+    R, G = sel.shape
+    M = B - 1
+    K = int(k.max())
+    i = torch.arange(W, device=dev)[None]  # (1, W)
+    n_, k_ = n[:, None], k[:, None]
+    chain = n_ + k_  # (R, 1)
+    rel = i - chain
+    in_group = (rel >= 0) & (rel < G * M)
+    h = torch.div(rel.clamp_min(0), max(M, 1), rounding_mode="floor").clamp(max=G - 1)  # group slot
+    m = rel.clamp_min(0) - h * M
+    g = sel.gather(1, h)  # (R, W): the accept count the slot's group stands after
+    is_chain = i < chain
+    pos = torch.where(is_chain, i, torch.where(in_group, n_ + g + m, i))
+    q, s = (slice(None), slice(None), None), (slice(None), None, slice(None))
+    causal = i[0][:, None] >= i[0][None, :]  # (W, W)
+    chain_key = is_chain[s] & (i[0][None, None, :] <= (n_ - 1 + g)[q])  # the group sees d_1..d_g
+    own_group = in_group[s] & (h[s] == h[q]) & causal[None]
+    eye = torch.eye(W, dtype=torch.bool, device=dev)[None]
+    pattern = torch.where(is_chain[q], is_chain[s] & causal[None],
+                          torch.where(in_group[q], chain_key | own_group, eye))
+    a = torch.minimum(torch.arange(K + 1, device=dev)[None], k_)  # (R, K + 1)
+    verify_cols = (n_ - 1 + a).clamp_min(0)
+    group_cols = chain + torch.arange(G * M, device=dev)[None]
+    return pattern, pos, torch.cat([verify_cols, group_cols], dim=1)
+
+
+class CursorContext:
+    """The window of every row in one forward on a `CursorCache` (the fast path)."""
+
+    def __init__(self, model, n_rows: int, capacity: int, mask_id: int, pad_id: int, device):
+        self.model, self.mask_id, self.pad_id, self.device = model, mask_id, pad_id, device
+        self.cache = CursorCache(n_rows, capacity)
+        self.cursor = [0] * n_rows  # committed tokens per row = next slot = next position id
+
+    def forward(self, new: list[list[int]], drafts: list[list[int]], B: int, groups: str = "all"):
+        """Same contract as `NoCacheContext.forward`, one model call."""
+        dev, M = self.device, B - 1
+        n_list, k_list = [len(x) for x in new], [len(d) for d in drafts]
+        K = max(k_list)
+        sel_list = group_choice(k_list, groups)
+        G = len(sel_list[0])
+        widths = [a + b + G * M for a, b in zip(n_list, k_list)]
+        W = max(widths)
+        ids = torch.tensor([x + d + [self.mask_id] * (G * M) + [self.pad_id] * (W - w)
+                            for x, d, w in zip(new, drafts, widths)], device=dev)
+        sel = torch.tensor(sel_list, device=dev)
+        pattern, rel_pos, keep = window_layout(torch.tensor(n_list, device=dev), torch.tensor(k_list, device=dev),
+                                               sel, B, W)
+        start = torch.tensor(self.cursor, device=dev)
+        L = max(self.cursor) + W
+        rel = torch.arange(L, device=dev)[None] - start[:, None]  # (R, L) slot - cursor
+        in_window = (rel >= 0) & (rel < W)
+        window = pattern.gather(2, rel.clamp(0, W - 1)[:, None, :].expand(-1, W, -1))  # (R, W, L)
+        visible = (rel < 0)[:, None, :] | (in_window[:, None, :] & window)
+        self.cache.plan(self.cursor, start[:, None] + torch.arange(W, device=dev), L)
+        logits = self.model(input_ids=ids, attention_mask=visible[:, None], position_ids=start[:, None] + rel_pos,
+                            cache=self.cache, use_cache=True, logits_to_keep=keep).logits  # (R, K + 1 + G M, V)
+        self.cursor = [c + a for c, a in zip(self.cursor, n_list)]
+        R, V = logits.shape[0], logits.shape[-1]
+        return logits[:, : K + 1], logits[:, K + 1:].reshape(R, G, M, V), sel
+
+    def keep(self, j: list[int]) -> None:
+        self.cursor = [c + a for c, a in zip(self.cursor, j)]
+
+    def rollback(self, n: list[int]) -> None:
+        self.cursor = [c - a for c, a in zip(self.cursor, n)]
+
+    def select(self, keep: list[int]) -> None:
+        if len(keep) < len(self.cursor):
+            self.cache.batch_select_indices(torch.tensor(keep, dtype=torch.long, device=self.device))
+            self.cursor = [self.cursor[i] for i in keep]
