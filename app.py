@@ -24,6 +24,7 @@ import gradio as gr  # noqa: E402
 
 from mars_core import DecodeConfig, generate  # noqa: E402
 from playground import style, tab_batch, tab_frontier, tab_how, tab_models, tab_playground  # noqa: E402
+from playground import tab_under_load  # noqa: E402
 from playground.core import AppOptions, Core  # noqa: E402
 from playground.models import BUNDLED_AR, BUNDLED_MARS, scrub  # noqa: E402
 from playground.ui import UI  # noqa: E402
@@ -79,6 +80,7 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
             tab_playground.add_tab(ui)
             tab_frontier.add_tab(ui)
             tab_batch.add_tab(ui)
+            tab_under_load.add_tab(ui)
             tab_how.add_tab(ui)
             tab_models.add_tab(ui, status)  # last: it refreshes what the others registered
     demo.queue(max_size=opts.max_queue, default_concurrency_limit=opts.concurrency_limit)

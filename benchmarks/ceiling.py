@@ -32,6 +32,10 @@ import time
 
 import torch
 
+from mars_core.lists import list_arg
+from mars_core.loading import DTYPES
+from mars_core.prompts import context_limit
+
 DEFAULT_MODEL = "assets/models/tiny-mars-b4"
 # published configs (model cards / config.json of each family), no weights needed
 SHAPES = {
@@ -135,26 +139,6 @@ def report(name: str, args, costs: dict[int, dict[int, float]]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
-    return out
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        out = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if any(x <= 0 for x in out):
-        raise argparse.ArgumentTypeError(f"tokens per forward must be > 0, got {text!r}")
-    return out
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.ceiling", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -162,11 +146,12 @@ def parse_args(argv=None):
     src.add_argument("--model", help="a model folder or hub id (loads its weights)")
     src.add_argument("--shape", choices=sorted(SHAPES), help="a known shape with random weights")
     src.add_argument("--config", help="a config.json (with model_type) of any shape, random weights")
-    p.add_argument("--batch-sizes", type=_ints, default=[1, 4, 8, 16])
-    p.add_argument("--new-tokens", type=_ints, default=[1, 2, 4, 8, 16], help="k values (1 is always added)")
+    p.add_argument("--batch-sizes", type=list_arg(int, minimum=1), default=(1, 4, 8, 16))
+    p.add_argument("--new-tokens", type=list_arg(int, minimum=1), default=(1, 2, 4, 8, 16), help="k values (1 is always added)")
     p.add_argument("--context", type=int, default=200, help="cached tokens before the new ones")
-    p.add_argument("--tokens-per-forward", type=_floats, default=[2.5, 3.5])
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--tokens-per-forward", type=list_arg(float, minimum=1), default=(2.5, 3.5),
+                   help="tokens per forward to price (at least 1: every forward emits a token)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=10)
@@ -177,7 +162,7 @@ def parse_args(argv=None):
         args.shape = None if args.model else "bundled"
     if args.context < 1 or args.repeats < 1 or args.threads < 1:
         p.error("--context, --repeats and --threads must be >= 1")
-    args.new_tokens = sorted(set([1] + args.new_tokens))
+    args.new_tokens = sorted({1, *args.new_tokens})
     return args
 
 
@@ -186,7 +171,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     try:
         model, name = build_model(args)
-        limit = getattr(model.config, "max_position_embeddings", None)
+        limit = context_limit(model)
         if limit is not None and args.context + max(args.new_tokens) > limit:
             raise ValueError(f"--context {args.context} + {max(args.new_tokens)} new tokens exceeds the model's {limit} positions")
     except ValueError as e:

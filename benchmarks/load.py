@@ -173,27 +173,24 @@ def parser():
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared CPU, two threads stall on each other's barriers; "
                         "we measured 10x slower forwards with 2 threads while other jobs ran)")
+    p.add_argument("--png", action="store_true", help="also write the figures as PNG (needs kaleido and Chrome)")
     p.add_argument("--output", default="load", help="folder for load.md, load.json and the figures (default ./load)")
     return p
 
 
 def settings_from(a):
     """(LoadSettings, AdaptiveConfig, policies, slots) from parsed arguments; ValueError if bad."""
+    from mars_core.lists import parse_list
     from mars_core.tau_policy import AdaptiveConfig
 
     settings = LoadSettings(pattern=a.pattern, rate=a.rate, quiet_ratio=a.quiet_ratio, duration=a.duration,
                             max_requests=a.max_requests, seed=a.seed, clock=a.clock, time_limit=a.time_limit)
     adaptive = AdaptiveConfig(tau_min=a.tau_min, tau_max=a.tau_max, step=a.tau_step, latency_target=a.target,
                               high=a.high, low=a.low)
-    policies = [x for x in a.policies.split(",") if x.strip()]
+    policies = list(parse_list(a.policies, str, name="--policies"))
     for x in policies:
         parse_policy(x)
-    try:
-        slots = [int(x) for x in a.slots.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--slots must be comma-separated integers, got {a.slots!r}") from None
-    if not policies or not slots or min(slots) < 1:
-        raise ValueError("give at least one policy, and slot counts >= 1")
+    slots = list(parse_list(a.slots, int, minimum=1, name="--slots"))
     for name, lo in (("max_new_tokens", 1), ("repeats", 1), ("threads", 1)):
         if getattr(a, name) < lo:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {lo}, got {getattr(a, name)}")
@@ -224,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         block = trained_block_size(a.model) or 4
         result = run_load(model, tok, settings, policies, slots, adaptive, block, a.max_new_tokens, a.repeats, progress)
         result["environment"] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "model": a.model}
-        paths = write_outputs(result, a.output)
+        paths = write_outputs(result, a.output, png=a.png)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 COLORS = {"fixed 1": "hsl(28, 85%, 45%)", "fixed 0.95": "hsl(140, 55%, 35%)", "fixed 0.7": "hsl(0, 70%, 45%)",
@@ -57,8 +58,7 @@ def timeline_figure(result: dict, height: int = 720):
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=("latency of each request (arrival to last token)",
-                                        "requests in the server (waiting + running)", "tau"))
+                        subplot_titles=("latency of each request", "requests waiting + running", "tau"))
     for r in result["results"]:
         name, color = run_label(r, result), _color(r)
         dash = DASH.get(r["slots"], "solid")
@@ -97,10 +97,13 @@ def front_figure(result: dict, height: int = 420):
         if r["p95_latency"] is None or r["accuracy"] is None:
             continue
         fig.add_scatter(x=[r["p95_latency"]], y=[100 * r["accuracy"]], mode="markers+text", name=run_label(r, result),
+                        cliponaxis=False,
                         text=[run_label(r, result)], textposition="top center",
                         marker=dict(size=12, color=_color(r), symbol="circle-open" if r["slots"] == 1 else "circle"))
     target = result["settings"]["target"]
-    fig.add_vline(x=target, line=dict(color="black", dash="dash", width=1), annotation_text=f"target {target:g} s")
+    fig.add_vline(x=target, line=dict(color="black", dash="dash", width=1))
+    fig.add_annotation(x=math.log10(target), y=1, yref="paper", text=f"target {target:g} s", showarrow=False,
+                       xanchor="left", yanchor="top")  # on a log axis an annotation's x is log10
     fig.update_xaxes(title_text="p95 latency (s)", type="log")
     fig.update_yaxes(title_text="accuracy (%)")
     fig.update_layout(height=height, showlegend=False, margin=dict(l=60, r=20, t=30, b=50),
@@ -108,14 +111,23 @@ def front_figure(result: dict, height: int = 420):
     return fig
 
 
-def write_outputs(result: dict, out_dir: str) -> dict:
+def write_outputs(result: dict, out_dir: str, png: bool = False) -> dict:
+    """load.md, load.json and the two figures as HTML; with `png`, also as PNG (kaleido drives a
+    Chrome/Chromium; if that fails the PNGs are skipped with a note in the returned paths)."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"table": os.path.join(out_dir, "load.md"), "json": os.path.join(out_dir, "load.json"),
              "timeline": os.path.join(out_dir, "load_timeline.html"), "front": os.path.join(out_dir, "load_front.html")}
     with open(paths["table"], "w", encoding="utf-8") as f:
         f.write("# Serving under load\n\n" + table(result))
     with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+        json.dump(result, f, separators=(",", ":"))  # compact: thousands of steps
     timeline_figure(result).write_html(paths["timeline"], include_plotlyjs="cdn")
     front_figure(result).write_html(paths["front"], include_plotlyjs="cdn")
+    if png:
+        try:
+            for name, fig, h in (("timeline", timeline_figure(result), 760), ("front", front_figure(result), 420)):
+                paths[f"{name}_png"] = os.path.join(out_dir, f"load_{name}.png")
+                fig.write_image(paths[f"{name}_png"], width=1200, height=h)
+        except Exception as e:  # noqa: BLE001 - no browser for kaleido: the HTML figures are enough
+            paths["png"] = f"not written ({type(e).__name__}: {str(e)[:120]})"
     return paths

@@ -26,6 +26,7 @@ import torch
 
 from mars_core.config import DecodeConfig
 from mars_core.generate import decode_steps
+from mars_core.lists import list_arg
 from mars_core.loading import load_model
 from mars_core.prompts import encode_prompt
 
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="assets/models/tiny-mars-b4")
     p.add_argument("--n", type=int, default=64)
     p.add_argument("--block-size", type=int, default=4)
-    p.add_argument("--batch-sizes", default="1,4,16")
+    p.add_argument("--batch-sizes", type=list_arg(int, minimum=1), default=(1, 4, 16))
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
                                        max_new_tokens=args.max_new_tokens, draft_groups=layout)
     print(f"{args.n} problems, B = {args.block_size}, max_new_tokens {args.max_new_tokens}, {args.threads} threads, "
           f"median of {args.repeats}\n\n| batch | decoding | T/F | tok/s | vs AR | vs all |\n|---:|---|---:|---:|---:|---:|")
-    for batch in [int(b) for b in args.batch_sizes.split(",")]:
+    for batch in args.batch_sizes:
         names = list(configs)
         for name in names:  # warm-up
             run(model, tok, prompts[:batch], configs[name], batch)

@@ -16,6 +16,7 @@ DRAFT_GROUPS = ("all", "last", "ends")  # the caches that "lossless" and "spec" 
 MAX_DRAFT_TOKENS = 32  # K beyond this only widens the verify forward: acceptance decays geometrically
 CACHES = ("none", "sliding", "block", "cursor")
 METRICS = ("probability", "entropy", "margin")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def check_tau(tau: float, metric: str) -> float:
@@ -60,6 +61,11 @@ class DecodeConfig:
     temperature:      0 is greedy; > 0 samples (seeded per sequence by `seed`).
     max_new_tokens:   generated tokens per sequence, EOS excluded from the count's cap.
     max_accept:       optional cap on tokens accepted per step (None: block_size).
+    compile:          False (eager), True, or a `torch.compile` mode (one of COMPILE_MODES):
+                      the cursor cache's static-shape path (`decode_compiled`), compiled once
+                      per batch-size bucket. True picks "reduce-overhead" (CUDA graphs) on a
+                      CUDA device and "default" elsewhere. Needs cache="cursor" and mode
+                      "ar" or "mars".
     draft_tokens:     K, tokens the draft model proposes per step ("spec"), 1..MAX_DRAFT_TOKENS.
     draft_block_size: 1: the draft model decodes AR; > 1: it decodes with MARS (its mask
                       predictions kept while its top-1 probability passes `draft_tau`).
@@ -85,6 +91,7 @@ class DecodeConfig:
     max_new_tokens: int = 256
     seed: int = 0
     max_accept: int | None = None
+    compile: bool | str = False
     draft_tokens: int = 4
     draft_block_size: int = 1
     draft_tau: float = 0.95
@@ -107,6 +114,12 @@ class DecodeConfig:
                 f"cache_block_size ({self.cache_block_size}) must be >= block_size "
                 f"({self.block_size}) for the block-level cache"
             )
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be True, False or one of {', '.join(COMPILE_MODES)}; got {self.compile!r}")
+        if self.compile and self.cache != "cursor":
+            raise ValueError(f"compile needs cache=\"cursor\" (the static-shape path), got cache={self.cache!r}")
+        if self.compile and self.mode not in ("ar", "mars"):
+            raise ValueError(f"compile runs modes \"ar\" and \"mars\"; mode={self.mode!r} runs eagerly (compile=False)")
         _check_int("draft_tokens", self.draft_tokens, 1)
         if self.draft_tokens > MAX_DRAFT_TOKENS:
             raise ValueError(f"draft_tokens must be <= {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")

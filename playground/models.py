@@ -14,7 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from mars_core import load_model
-from mars_core.loading import trained_block_size
+from mars_core.loading import is_local_path, trained_block_size
+from mars_core.prompts import context_limit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED_MARS = os.path.join(ROOT, "assets", "models", "tiny-mars-b4")
@@ -84,8 +85,9 @@ def hub_loader(load=load_model):
 
 
 def is_local(source: str) -> bool:
-    """An operator's source that is a folder (anything but exactly owner/name)."""
-    return os.path.isdir(source) or not HUB_ID.match(source)
+    """An operator's source that is a server path: what `load_model` reads as one, and anything that is
+    not a well-formed hub id (never shown as typed)."""
+    return is_local_path(source) or not HUB_ID.match(source)
 
 
 def display_name(source: str | None) -> str:
@@ -118,7 +120,7 @@ class Loaded:
 
     @property
     def context(self) -> int | None:
-        return getattr(self.model.config, "max_position_embeddings", None)
+        return context_limit(self.model)
 
     @property
     def trained_block_size(self) -> int | None:

@@ -19,7 +19,7 @@ from playground.errors import guard
 from playground.replay import decisions
 from playground.session import Session
 
-PUBLIC = {"generate", "generate_stream", "frontier", "batch", "mask", "window", "load_models"}
+PUBLIC = {"generate", "generate_stream", "frontier", "batch", "under_load", "mask", "window", "load_models"}
 
 
 def test_build_named_public_endpoints_and_queue_limits(demo):

@@ -22,14 +22,16 @@ def test_smoke_build_then_resume_is_a_no_op(tmp_path, capsys):
     assert json.loads((out / "eval" / "ablations.json").read_text())["runs"]
     ablation = json.loads((out / "ablations" / "mars-b4-no-sft" / "training_config.json").read_text())
     assert (ablation["ar_weight"], ablation["steps"]) == (0.0, Recipe.smoke().ablation_steps)
-    # everything complete: the second run trains and evaluates nothing, only rewrites the cards
-    kept = [out / d / f for d in ("tiny-ar-sft", "tiny-mars-b4", "ablations/mars-b4-no-sft")
-            for f in ("model.safetensors", "training_config.json")] + [out / "eval" / "eval.json"]
+    # everything complete: the second run trains and evaluates nothing and rewrites nothing
+    kept = sorted(p for p in out.rglob("*") if p.is_file())
+    assert {out / "eval" / "eval.json", out / "eval" / "frontier.html", out / "build.json",
+            out / "tiny-mars-b4" / "README.md", out / "tiny-mars-b4" / "model.safetensors"} <= set(kept)
     before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept}
     capsys.readouterr()
     assert main(["--smoke", "--output", str(out)]) == 0
     log = capsys.readouterr().out
     assert "[train]" not in log and "[tokenizer]" not in log and log.count("[skip]") == 3
+    assert sorted(p for p in out.rglob("*") if p.is_file()) == kept
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept} == before
     # A finished stage of another recipe is refused, not silently reused.
     record = json.loads((out / "tiny-mars-b4" / "training_config.json").read_text())

@@ -26,6 +26,18 @@ def test_is_local_path_sees_an_existing_owner_name_folder(tmp_path, monkeypatch)
     assert is_local_path("owner/model")
 
 
+def test_the_playground_hides_every_path_load_model_reads(tmp_path, monkeypatch):
+    from playground.models import display_name, is_local
+
+    (tmp_path / "owner").mkdir()
+    (tmp_path / "owner" / "weights").write_text("a file, not a folder")  # a path to load_model
+    monkeypatch.chdir(tmp_path)
+    names = ["owner/weights", "owner/model", "./owner/model", "/abs/path", "~/x", "a/b/c", "plain", "a b/c"]
+    assert [is_local(n) for n in names] == [True, False, True, True, True, True, True, True]
+    assert all(is_local(n) for n in names if is_local_path(n))  # one rule, plus malformed hub ids
+    assert display_name("owner/weights") == "weights"
+
+
 def _run_folder(tmp_path, name, stage, block_size):
     d = tmp_path / name
     d.mkdir()

@@ -18,13 +18,14 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, replace
+from typing import Callable, Iterable
 
 import torch
 
 from mars_core import DecodeConfig
 from tasks.synthetic import make_examples
-from training.checkpoint import changed_options
-from training.evaluate import evaluate, summary_table, write_outputs
+from training.checkpoint import changed_options, write_json, write_text
+from training.evaluate import evaluate, summary_table, write_frontier
 from training.tokenizer import build_tokenizer, corpus_from_examples
 from training.train import train
 from training.train_config import TrainConfig
@@ -80,7 +81,7 @@ def complete(folder: str) -> bool:
         return json.load(f).get("status") == "finished"
 
 
-def stage(cfg: TrainConfig, log) -> dict:
+def stage(cfg: TrainConfig, log: Callable[[str], None]) -> dict:
     """Train one stage unless done; resume from its checkpoints when a previous try stopped."""
     if complete(cfg.output):
         with open(os.path.join(cfg.output, "training_config.json"), encoding="utf-8") as f:
@@ -104,9 +105,18 @@ def stage(cfg: TrainConfig, log) -> dict:
     return summary
 
 
-def build(output: str, recipe: Recipe, threads: int | None = None, log=print) -> dict:
+def build(output: str, recipe: Recipe, threads: int | None = None, log: Callable[[str], None] = print) -> dict:
     os.makedirs(output, exist_ok=True)
     t0 = time.perf_counter()
+    built = []  # outputs this invocation trained or evaluated; none -> a no-op that rewrites nothing
+
+    def train_stage(cfg: TrainConfig) -> dict:
+        if not complete(cfg.output):
+            built.append(cfg.output)
+        return stage(cfg, log)
+
+    def evaluation(path: str, models: dict[str, str], settings: dict, run: Callable[[], dict]) -> dict:
+        return cached_eval(path, models, settings, lambda: built.append(path) or run())
     tok_dir = os.path.join(output, "tokenizer")
     if not os.path.isfile(os.path.join(tok_dir, "tokenizer.json")):
         log("[tokenizer] training BPE")
@@ -116,15 +126,15 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log=print) ->
                   max_length=recipe.max_length, batch_size=recipe.batch_size, save_every=recipe.save_every,
                   seed=recipe.seed, threads=threads, mixed_precision="auto")
     ar_dir = os.path.join(output, "tiny-ar-sft")
-    summaries = {"ar": stage(TrainConfig(stage="ar", output=ar_dir, tokenizer=tok_dir,
-                                         model_config=recipe.model_config, max_steps=recipe.ar_steps,
-                                         lr=recipe.ar_lr, **common), log)}
+    summaries = {"ar": train_stage(TrainConfig(stage="ar", output=ar_dir, tokenizer=tok_dir,
+                                               model_config=recipe.model_config, max_steps=recipe.ar_steps,
+                                               lr=recipe.ar_lr, **common))}
 
     def mars(name: str, B: int, ar_weight: float, steps: int) -> str:
         out = os.path.join(output, name)
-        summaries[name] = stage(TrainConfig(stage="mars", output=out, init=ar_dir, block_size=B,
-                                            ar_weight=ar_weight, max_steps=steps,
-                                            lr=recipe.mars_lr, **common), log)
+        summaries[name] = train_stage(TrainConfig(stage="mars", output=out, init=ar_dir, block_size=B,
+                                                  ar_weight=ar_weight, max_steps=steps,
+                                                  lr=recipe.mars_lr, **common))
         return out
 
     mars_dir = mars(f"tiny-mars-b{recipe.block_size}", recipe.block_size, recipe.ar_weight, recipe.mars_steps)
@@ -133,36 +143,41 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log=print) ->
     eval_dir = os.path.join(output, "eval")
     models = {"ar-baseline": ar_dir, "mars": mars_dir}
     settings = dict(n=recipe.eval_n, seed=recipe.seed, max_new_tokens=recipe.max_new_tokens)
-    result = cached_eval(
-        os.path.join(eval_dir, "eval.json"), models, {**settings, "taus": recipe.eval_taus},
+    eval_json = os.path.join(eval_dir, "eval.json")
+    result = evaluation(
+        eval_json, models, {**settings, "taus": recipe.eval_taus},
         lambda: evaluate(models, recipe.eval_n, recipe.seed, recipe.eval_taus, (recipe.block_size,), base))
-    write_outputs(result, eval_dir)
+    if eval_json in built or not os.path.isfile(os.path.join(eval_dir, "frontier.html")):
+        write_frontier(result, eval_dir)  # drawn from eval.json: redrawn only when that changed
     from training.model_card import write_cards
 
-    write_cards(output, recipe, summaries, result, [])  # the main models are usable from here on
+    ablations = {B: f"ablations/mars-b{B}-no-sft" for B in recipe.ablation_block_sizes}
+    if not all(complete(os.path.join(output, name)) for name in ablations.values()):
+        # the main models are usable from here on, before the ablations train
+        write_cards(output, recipe, summaries, result, [])
     log(summary_table(result))
     # Ablation "w/o SFT loss" at each block size: the main run's lr and data, `ablation_steps` steps.
     ablation_runs = []
-    for B in recipe.ablation_block_sizes:
-        label, name = f"MARS w/o SFT loss B={B}", f"ablations/mars-b{B}-no-sft"
+    for B, name in ablations.items():
+        label = f"MARS w/o SFT loss B={B}"
         path = mars(name, B, 0.0, recipe.ablation_steps)
         log(f"[eval] ablation {label}")
-        r = cached_eval(
+        r = evaluation(
             os.path.join(output, name, "eval.json"), {label: path}, {**settings, "B": B},
             lambda: evaluate({label: path}, recipe.eval_n, recipe.seed, (1.0, 0.95), (B,), base))
         ablation_runs += r["runs"]
-    with open(os.path.join(eval_dir, "ablations.json"), "w", encoding="utf-8") as f:
-        json.dump({"runs": ablation_runs}, f, indent=2)
+    write_json(os.path.join(eval_dir, "ablations.json"), {"runs": ablation_runs})
     record = {"recipe": recipe.__dict__, "summaries": summaries, "build_seconds": time.perf_counter() - t0,
               "torch_threads": torch.get_num_threads()}
-    with open(os.path.join(output, "build.json"), "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2, default=str)
+    # build.json times the invocation that built something; a no-op re-run keeps that record.
+    if built or not os.path.isfile(os.path.join(output, "build.json")):
+        write_text(os.path.join(output, "build.json"), json.dumps(record, indent=2, default=str))
     write_cards(output, recipe, summaries, result, ablation_runs)
     log(summary_table({"runs": ablation_runs}))
     return record
 
 
-def eval_digest(folders, settings: dict) -> str:
+def eval_digest(folders: Iterable[str], settings: dict) -> str:
     """sha256 over the weights of `folders` and the evaluation settings: what a result depends on."""
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for folder in folders:
@@ -172,7 +187,7 @@ def eval_digest(folders, settings: dict) -> str:
     return h.hexdigest()
 
 
-def cached_eval(path: str, models: dict[str, str], settings: dict, run) -> dict:
+def cached_eval(path: str, models: dict[str, str], settings: dict, run: Callable[[], dict]) -> dict:
     """Evaluation results survive an interrupted build: reuse `path` when it holds the result for
     these weights and settings, so a retrained model is never shown with its predecessor's numbers."""
     digest = eval_digest(models.values(), settings)
@@ -183,9 +198,7 @@ def cached_eval(path: str, models: dict[str, str], settings: dict, run) -> dict:
             return result
     result = {**run(), "eval_sha256": digest}
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    os.replace(path + ".tmp", path)
+    write_json(path, result)
     return result
 
 

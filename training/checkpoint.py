@@ -13,8 +13,13 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
 
 from training.train_config import TrainConfig
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 CKPT_DIR, STATE_FILE = "checkpoints", "trainer_state.json"
 LOG_FILE, CONFIG_FILE = "train_log.jsonl", "training_config.json"
@@ -77,7 +82,7 @@ class TrainState:
     window: dict = dataclasses.field(default_factory=dict)  # loss sums since the last log record
 
 
-def save_checkpoint(accelerator, config: TrainConfig, state: TrainState) -> str:
+def save_checkpoint(accelerator: Accelerator, config: TrainConfig, state: TrainState) -> str:
     """Write checkpoints/.tmp-step-N, then rename it to step-N; keep the newest K."""
     root = os.path.join(config.output, CKPT_DIR)
     tmp = os.path.join(root, f".tmp-step-{state.step}")
@@ -102,7 +107,7 @@ def save_checkpoint(accelerator, config: TrainConfig, state: TrainState) -> str:
 
 
 @contextlib.contextmanager
-def quiet_tied_weight_warning():
+def quiet_tied_weight_warning() -> Iterator[None]:
     """accelerate warns at every checkpoint that it left out the tied lm_head copy; loading
     re-ties it (the resume test checks bit-equality), so the warning is only noise."""
     logger = logging.getLogger("accelerate.utils.other")
@@ -123,7 +128,7 @@ def changed_options(saved: dict, config: TrainConfig, ignore: frozenset = frozen
     return ", ".join(f"{k}: {saved[k]!r} -> {now.get(k)!r}" for k in changed)
 
 
-def load_checkpoint(accelerator, config: TrainConfig, path: str) -> TrainState:
+def load_checkpoint(accelerator: Accelerator, config: TrainConfig, path: str) -> TrainState:
     """Restore model/optimizer/scheduler/RNG from `path` after checking the run matches."""
     with open(os.path.join(path, STATE_FILE), encoding="utf-8") as f:
         saved = json.load(f)
@@ -138,12 +143,23 @@ def load_checkpoint(accelerator, config: TrainConfig, path: str) -> TrainState:
     return TrainState(**{k: v for k, v in saved.items() if k in fields})
 
 
-def write_json(path: str, payload: dict) -> None:
-    """Write JSON through a temp file + rename, so readers never see half a file."""
+def write_text(path: str, text: str) -> bool:
+    """Write `text` through a temp file + rename, so readers never see half a file. A file that
+    already holds `text` is left untouched (a resumed build rewrites nothing); returns whether it wrote."""
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return False
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2)
+        f.write(text)
     os.replace(tmp, path)
+    return True
+
+
+def write_json(path: str, payload: dict) -> bool:
+    """`write_text` of `payload` as indented JSON."""
+    return write_text(path, json.dumps(payload, indent=2))
 
 
 def trim_log(output: str, step: int) -> None:
@@ -157,7 +173,8 @@ def trim_log(output: str, step: int) -> None:
         f.writelines(kept)
 
 
-def save_final_model(accelerator, model, tokenizer, output: str) -> None:
+def save_final_model(accelerator: Accelerator, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                     output: str) -> None:
     """A standard HF folder in `output`: saved into a temp folder, then each file moved in."""
     unwrapped = accelerator.unwrap_model(model)
     state_dict = accelerator.get_state_dict(model)  # every rank (DeepSpeed gathers here)

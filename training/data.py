@@ -23,11 +23,15 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import Dataset
 
 from mars_core.loss import IGNORE  # the label no loss is taken on: one value for data and loss
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 SYNTHETIC = "synthetic"
 ROLES_KEY, CONTENT_KEY = "role", "content"
 # Sort lengths inside shuffled groups of this many batches: little padding, still random.
@@ -58,7 +62,7 @@ class Records:
 # Reading records
 # --------------------------------------------------------------------------
 
-def check_record(record, where: str) -> list[dict]:
+def check_record(record: object, where: str) -> list[dict]:
     """The validated message list of one record.
 
     Raises ValueError (naming `where`) for a malformed record, SkipRecord for a well-formed but
@@ -172,7 +176,7 @@ def _render(tokenizer, messages: list[dict], generation_prompt: bool = False) ->
         raise SkipRecord(f"chat template error: {type(e).__name__}") from e
 
 
-def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
+def assistant_spans(tokenizer: PreTrainedTokenizerBase, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the character spans that carry labels.
 
     The conversation is rendered prefix by prefix (chat templates are prefix-stable): an
@@ -214,7 +218,7 @@ class Tokenized:
             raise ValueError(f"input_ids ({len(self.input_ids)}) and labels ({len(self.labels)}) differ in length")
 
 
-def tokenize_record(tokenizer, messages: list[dict], max_length: int, truncate: bool = False) -> Tokenized:
+def tokenize_record(tokenizer: PreTrainedTokenizerBase, messages: list[dict], max_length: int, truncate: bool = False) -> Tokenized:
     """Token ids and labels (assistant content + closing EOS; IGNORE elsewhere).
 
     The whole conversation is tokenised in one go, exactly as `apply_chat_template(tokenize=True)`
@@ -257,8 +261,8 @@ class TokenizedDataset(Dataset):
         return [len(x.input_ids) for x in self.examples]
 
 
-def build_dataset(tokenizer, conversations, max_length: int, truncate: bool = False
-                  ) -> tuple[TokenizedDataset, dict]:
+def build_dataset(tokenizer: PreTrainedTokenizerBase, conversations: list[list[dict]], max_length: int,
+                  truncate: bool = False) -> tuple[TokenizedDataset, dict]:
     """Tokenise every conversation; returns the dataset and the skip counts by reason."""
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")

@@ -10,13 +10,12 @@ other in one process after a warm-up. Tokens per forward are counted, not estima
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -24,11 +23,17 @@ from mars_core import DecodeConfig, generate, load_model
 from mars_core.config import CACHES, METRICS
 from mars_core.lists import list_arg
 from tasks.synthetic import make_examples, score
+from training.checkpoint import write_json
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_TAUS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
-def run_one(model, tok, examples: list[dict], cfg: DecodeConfig, batch_size: int) -> dict:
+def run_one(model: PreTrainedModel, tok: PreTrainedTokenizerBase, examples: list[dict], cfg: DecodeConfig,
+            batch_size: int) -> dict:
     """Decode every example's question; return accuracy (overall, per family) and speed."""
     prompts = [ex["messages"][0]["content"] for ex in examples]
     texts, ids, tokens, row_forwards, forwards, seconds = [], [], 0, 0, 0, 0.0
@@ -56,8 +61,9 @@ def run_one(model, tok, examples: list[dict], cfg: DecodeConfig, batch_size: int
     }
 
 
-def sweep(model, tok, examples, taus, block_sizes, base: DecodeConfig, batch_size: int, label: str,
-          before_run: Callable[[DecodeConfig], bool] | None = None):
+def sweep(model: PreTrainedModel, tok: PreTrainedTokenizerBase, examples: list[dict], taus: Sequence[float],
+          block_sizes: Sequence[int], base: DecodeConfig, batch_size: int, label: str,
+          before_run: Callable[[DecodeConfig], bool] | None = None) -> list[dict]:
     """AR, then MARS at each (block size, tau), on one model. Adds `matches_ar` per MARS run:
     the fraction of problems whose output equals this model's own AR output token for token.
     `before_run(config)` is called before every run; when it returns False the sweep ends there
@@ -79,7 +85,8 @@ def sweep(model, tok, examples, taus, block_sizes, base: DecodeConfig, batch_siz
     return runs
 
 
-def evaluate(models: dict[str, str], n: int = 500, seed: int = 0, taus=DEFAULT_TAUS, block_sizes=(4,),
+def evaluate(models: dict[str, str], n: int = 500, seed: int = 0, taus: Sequence[float] = DEFAULT_TAUS,
+             block_sizes: Sequence[int] = (4,),
              base: DecodeConfig | None = None, batch_size: int = 32, device: str = "cpu",
              samples: int = 3) -> dict:
     """`models` maps a label to a folder / hub id. The first AR-only entry may be the AR
@@ -102,7 +109,7 @@ def evaluate(models: dict[str, str], n: int = 500, seed: int = 0, taus=DEFAULT_T
     return out
 
 
-def frontier_figure(result: dict):
+def frontier_figure(result: dict) -> go.Figure:
     """Accuracy and tokens/s against tokens per forward, one line per (model, block size)."""
     from plotly.subplots import make_subplots
 
@@ -131,11 +138,13 @@ def frontier_figure(result: dict):
 def write_outputs(result: dict, output_dir: str) -> dict:
     """eval.json and frontier.html (+ frontier.png when image export works) in output_dir."""
     os.makedirs(output_dir, exist_ok=True)
-    paths = {"json": os.path.join(output_dir, "eval.json"), "html": os.path.join(output_dir, "frontier.html")}
-    tmp = paths["json"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, paths["json"])
+    write_json(os.path.join(output_dir, "eval.json"), result)
+    return {"json": os.path.join(output_dir, "eval.json"), **write_frontier(result, output_dir)}
+
+
+def write_frontier(result: dict, output_dir: str) -> dict:
+    """frontier.html (+ frontier.png when image export works) in output_dir."""
+    paths = {"html": os.path.join(output_dir, "frontier.html")}
     fig = frontier_figure(result)
     fig.write_html(paths["html"], include_plotlyjs="cdn")
     try:  # kaleido needs a Chrome; export is a bonus, the HTML is the figure

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import time
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 
@@ -12,7 +13,14 @@ from training.checkpoint import LOG_FILE, list_checkpoints, save_checkpoint
 from training.signals import StopSignal
 from training.train_config import TrainConfig
 
-def forward_loss(model, batch: dict, config: TrainConfig, mask_id: int) -> tuple[torch.Tensor, dict]:
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from transformers import PreTrainedTokenizerBase
+
+    from training.checkpoint import TrainState
+    from training.data import LengthGroupedBatchSampler
+
+def forward_loss(model: torch.nn.Module, batch: dict, config: TrainConfig, mask_id: int) -> tuple[torch.Tensor, dict]:
     """The loss to backpropagate and its logged parts for one micro-batch (B, T)."""
     from mars_core import mars_loss
     from mars_core.loss import shifted_ce
@@ -29,8 +37,10 @@ def forward_loss(model, batch: dict, config: TrainConfig, mask_id: int) -> tuple
 class Run:
     """One training session: the prepared objects plus the loop, logging and checkpoints."""
 
-    def __init__(self, accelerator, config, model, tokenizer, optimizer, scheduler, loader, sampler,
-                 total_steps, state):
+    def __init__(self, accelerator: Accelerator, config: TrainConfig, model: torch.nn.Module,
+                 tokenizer: PreTrainedTokenizerBase, optimizer: torch.optim.Optimizer, scheduler: object,
+                 loader: torch.utils.data.DataLoader, sampler: LengthGroupedBatchSampler, total_steps: int,
+                 state: TrainState):
         self.acc, self.config = accelerator, config
         self.model, self.tokenizer = model, tokenizer
         self.optimizer, self.scheduler = optimizer, scheduler
@@ -100,7 +110,7 @@ class Run:
             self.optimizer.zero_grad()
         return parts
 
-    def epoch_batches(self):
+    def epoch_batches(self) -> Iterable[dict]:
         """This rank's micro-batches for the current epoch, past those already consumed."""
         # accelerate's loader re-sets its sampler's epoch to its own iteration counter on every
         # pass (and a skip_first_batches copy inherits that counter): set both, before copying
@@ -130,7 +140,7 @@ class Run:
             # batch of an epoch always ends an optimizer step (accelerate syncs at the end)
         return "finished"
 
-    def after_step(self, sums, micro, tokens, seconds, stop: StopSignal) -> str | None:
+    def after_step(self, sums: dict, micro: int, tokens: int, seconds: float, stop: StopSignal) -> str | None:
         """Bookkeeping after an optimizer step; a status when the loop must end."""
         if self.state.batch_in_epoch >= len(self.loader):  # the epoch is used up: point past it
             self.state.epoch, self.state.batch_in_epoch = self.state.epoch + 1, 0

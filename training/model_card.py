@@ -1,11 +1,17 @@
 """Model cards for the bundled models, written from what the build measured (nothing typed in)."""
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
+from typing import TYPE_CHECKING
 
-from tasks import synthetic as syn
+from tasks import families as syn
+from training.checkpoint import write_text
 from training.evaluate import summary_table
+
+if TYPE_CHECKING:
+    from training.build_default import Recipe
 
 
 def _family_table(runs: list[dict]) -> str:
@@ -29,7 +35,7 @@ def _training_lines(summaries: dict) -> str:
     return "\n".join(lines)
 
 
-def card(title: str, summary: str, recipe, summaries: dict, result: dict, ablations: list[dict]) -> str:
+def card(title: str, summary: str, recipe: Recipe, summaries: dict, result: dict, ablations: list[dict]) -> str:
     r = recipe
     main_runs = [x for x in result["runs"] if x["mode"] == "ar" or x["tau"] in (1.0, 0.95)]
     steps_note = "" if r.ablation_steps == r.mars_steps else (
@@ -96,7 +102,7 @@ The speed-quality frontier: `frontier.html` (and `frontier.png` where it could b
 """
 
 
-def write_cards(output: str, recipe, summaries: dict, result: dict, ablations: list[dict]) -> None:
+def write_cards(output: str, recipe: Recipe, summaries: dict, result: dict, ablations: list[dict]) -> None:
     ar_name, mars_name = "tiny-ar-sft", f"tiny-mars-b{recipe.block_size}"
     texts = {
         ar_name: ("tiny-ar-sft: the AR baseline",
@@ -110,8 +116,8 @@ def write_cards(output: str, recipe, summaries: dict, result: dict, ablations: l
     eval_dir = os.path.join(output, "eval")
     for name, (title, summary) in texts.items():
         folder = os.path.join(output, name)
-        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-            f.write(card(title, summary, recipe, summaries, result, ablations))
+        write_text(os.path.join(folder, "README.md"), card(title, summary, recipe, summaries, result, ablations))
         for extra in ("eval.json", "frontier.html", "frontier.png"):
-            if os.path.isfile(os.path.join(eval_dir, extra)):
-                shutil.copy2(os.path.join(eval_dir, extra), os.path.join(folder, extra))
+            src, dst = os.path.join(eval_dir, extra), os.path.join(folder, extra)
+            if os.path.isfile(src) and not (os.path.isfile(dst) and filecmp.cmp(src, dst, shallow=False)):
+                shutil.copy2(src, dst)

@@ -5,13 +5,19 @@ import json
 import math
 import os
 import resource
+from typing import TYPE_CHECKING
 
 import torch
 
-from training.data import Collator, LengthGroupedBatchSampler, build_dataset, load_records
+from training.data import Collator, LengthGroupedBatchSampler, TokenizedDataset, build_dataset, load_records
 from training.train_config import PRESET_COMMON, PRESETS, TrainConfig
 
-def qwen2_config(spec: str, tokenizer):
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, Qwen2Config
+
+
+def qwen2_config(spec: str, tokenizer: PreTrainedTokenizerBase) -> Qwen2Config:
     """A Qwen2Config from a preset name or a JSON file, sized to the tokenizer."""
     from transformers import Qwen2Config
 
@@ -32,7 +38,7 @@ def qwen2_config(spec: str, tokenizer):
     return config
 
 
-def load_model_and_tokenizer(config: TrainConfig):
+def load_model_and_tokenizer(config: TrainConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """fp32 model (sdpa attention) and tokenizer with a mask token: from --init or from scratch."""
     from mars_core import load_model
     from mars_core.loading import ensure_mask_token, load_tokenizer
@@ -59,7 +65,7 @@ def load_model_and_tokenizer(config: TrainConfig):
     return model, tokenizer
 
 
-def load_training_data(config: TrainConfig, tokenizer):
+def load_training_data(config: TrainConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[TokenizedDataset, dict]:
     """The tokenised dataset and a description (counts, skips by reason)."""
     records = load_records(config.data, num_examples=config.num_examples, seed=config.data_seed)
     dataset, too_long = build_dataset(tokenizer, records.conversations, config.max_length, config.truncate)
@@ -71,7 +77,7 @@ def load_training_data(config: TrainConfig, tokenizer):
     return dataset, {"examples": len(dataset), "skipped": skipped}
 
 
-def param_groups(model, weight_decay: float) -> list[dict]:
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on matrices only; biases and norm scales are not decayed (standard practice)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
@@ -89,7 +95,7 @@ def resolve_mixed_precision(choice: str) -> str:
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
 
 
-def make_accelerator(config: TrainConfig):
+def make_accelerator(config: TrainConfig) -> Accelerator:
     from accelerate import Accelerator
 
     # cpu=True on a machine without CUDA: otherwise accelerate ignores torchrun's ranks there and
@@ -100,7 +106,7 @@ def make_accelerator(config: TrainConfig):
                        step_scheduler_with_optimizer=False)
 
 
-def peak_memory_mb(accelerator) -> float:
+def peak_memory_mb(accelerator: Accelerator) -> float:
     """Peak memory of the busiest rank: CUDA allocations on a GPU, max RSS on a CPU."""
     if accelerator.device.type == "cuda":
         local = torch.cuda.max_memory_allocated(accelerator.device) / 2**20
@@ -110,8 +116,9 @@ def peak_memory_mb(accelerator) -> float:
     return float(accelerator.reduce(value, "max").item())
 
 
-def setup(accelerator, config: TrainConfig):
-    """Model, data, optimizer and schedule, prepared by accelerate; also the total step count."""
+def setup(accelerator: Accelerator, config: TrainConfig) -> tuple:
+    """Model, data, optimizer and schedule, prepared by accelerate; also the total step count:
+    (model, tokenizer, optimizer, scheduler, loader, sampler, total_steps, data_info)."""
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader
     from transformers import get_cosine_schedule_with_warmup

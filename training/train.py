@@ -38,6 +38,7 @@ import dataclasses
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -47,6 +48,9 @@ from training.loop import Run
 from training.setup import make_accelerator, peak_memory_mb, setup
 from training.signals import StopSignal
 from training.train_config import TrainConfig, build_parser, config_from_args
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 
 def summarize(run: Run, config: TrainConfig, status: str, data_info: dict, started: float) -> dict:
@@ -127,7 +131,7 @@ def finish(run: Run, config: TrainConfig, data_info: dict, started: float) -> di
     return summary
 
 
-def say(accelerator, config: TrainConfig, message: str) -> None:
+def say(accelerator: Accelerator, config: TrainConfig, message: str) -> None:
     """A console line from the main process (the CLI's only output besides the progress bar)."""
     if accelerator.is_main_process and not config.quiet:
         from tqdm.auto import tqdm
@@ -135,7 +139,7 @@ def say(accelerator, config: TrainConfig, message: str) -> None:
         tqdm.write(message)
 
 
-def release(accelerator) -> None:
+def release(accelerator: Accelerator) -> None:
     """Forget accelerate's process-wide singletons after a single-process run, so another `train`
     call in the same process may use other settings (e.g. mixed precision). Distributed runs keep
     their process group."""

@@ -160,14 +160,15 @@ class Rows:
         `extra` (R, m), optional, travels to the host in the same sync: `self.synced` then holds
         its rows as lists of floats.
         """
-        B = tokens.shape[1]
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
         take, done = cut(tokens, n_accept, self.stop_ids, remaining)
-        cols = [tokens.double(), conf.double(), take[:, None].double(), done[:, None].double()]
-        if extra is not None:
-            cols.append(extra.double())
-        packed = torch.cat(cols, dim=1).tolist()  # the one host sync
+        packed = pack(tokens, conf, take, done, extra).tolist()  # the one host sync
+        return self.record(rows, packed, tau, tokens.shape[1])
+
+    def record(self, rows: list[int], packed: list[list[float]], tau: float,
+               B: int) -> tuple[StepEvent, list[list[int]]]:
+        """The host half of `commit`: `packed` holds one `pack`ed row (block B) per sequence of `rows`."""
         self.synced = [row[2 * B + 2:] for row in packed]
         counts = [0] * len(self.prompts)
         feed = []
@@ -222,6 +223,17 @@ def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
     first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)
     take = torch.minimum(first_stop, remaining)
     return take, hit | (take >= remaining)
+
+
+def pack(tokens: torch.Tensor, conf: torch.Tensor, take: torch.Tensor, done: torch.Tensor,
+         extra: torch.Tensor | None = None) -> torch.Tensor:
+    """One step's outcome as one tensor, so that the host reads it with a single sync:
+    (R, 2B + 2 [+ m]) float64 = [tokens (B) | confidences (B) | take | done | extra (m), if any]
+    (token ids are exact in float64)."""
+    cols = [tokens.double(), conf.double(), take[:, None].double(), done[:, None].double()]
+    if extra is not None:
+        cols.append(extra.double())
+    return torch.cat(cols, dim=1)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,6 +8,7 @@ from typing import Iterator, TYPE_CHECKING
 
 from .config import DecodeConfig, TauControl, check_tau
 from .decode_block import decode_block
+from .decode_compiled import decode_compiled
 from .decode_cursor import decode_cursor
 from .decode_exact import decode_exact
 from .decode_reference import decode_reference
@@ -56,6 +57,8 @@ def decode_steps(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pro
         steps = decode_reference(model, rows, mask_id, pad_id)
     elif config.cache == "sliding":
         steps = decode_sliding(model, rows, mask_id, pad_id)
+    elif config.cache == "cursor" and config.compile:
+        steps = decode_compiled(model, rows, mask_id, pad_id)
     elif config.cache == "cursor":
         steps = decode_cursor(model, rows, mask_id, pad_id)
     else:

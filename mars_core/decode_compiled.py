@@ -1,0 +1,250 @@
+"""The cursor KV cache with static shapes, for `torch.compile` and CUDA graphs (`compile=True`).
+
+Same decoding as `decode_cursor` (token for token in fp32), arranged so that the forward and
+everything around it compile into one graph per batch-size bucket:
+
+* **Static shapes.** Every step after the first feeds each row a fixed width W = 2B - 1 (B real
+  tokens at most, then B - 1 [MASK]s, then padding), writes at the row's own cursor, and
+  attends over the whole preallocated buffer (capacity C, rounded up to a multiple of 128) with
+  a mask built on the device from the cursors. Only the batch size changes: when at most half
+  of the rows are still decoding, the survivors move into a smaller buffer (powers of two), so
+  a batch of N compiles at most 1 + log2(N) graphs per model and settings.
+* **State on the device.** The rows' cursors, last accepted tokens, remaining budgets and
+  liveness are tensors that the compiled step reads and returns; the host never rebuilds them.
+  The step also does acceptance and the cut at EOS / `max_new_tokens`, and packs its outcome
+  into one tensor: `.tolist()` on it is the step's one host sync, which `Rows.record` reads.
+  A finished row stays in its buffer row until the next shrink; its cursor stops moving and its
+  output is ignored.
+* **The first step** (the whole prompt plus the masks, a width that differs per batch) runs
+  eagerly through `cursor_forward` into the same buffer.
+
+Under `mode="reduce-overhead"` (CUDA graphs) the buffers are marked static and reused across
+decodes of the same shape (a per-model pool), so a graph is captured once and replayed.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Iterator
+
+import torch
+
+from .acceptance import accept
+from .decode_cursor import CursorCache, cursor_forward
+from .decoding import Rows, StepEvent, cut, pack
+
+CAPACITY_STEP = 128  # buffer slots are rounded up to this, so different prompts share graphs
+# compiled graphs one process may hold before dynamo falls back to eager (per model, settings
+# and bucket: a batch of 16 needs 5); dynamo's own default, 8, is too low for two models
+RECOMPILE_LIMIT = 64
+
+
+class StaticCursorCache(CursorCache):
+    """A `CursorCache` whose steps after the first write at a (R, W) slot tensor and attend over
+    the whole buffer, so that every shape but the batch size is fixed."""
+
+    is_compileable = True
+
+    def __init__(self, batch: int, capacity: int):
+        super().__init__(batch, capacity)
+        self.slots: torch.Tensor | None = None  # (R, W) write slots of a static step; None: eager
+
+    def fix_addresses(self) -> None:
+        """For CUDA graphs: the buffers are graph inputs mutated in place, so their addresses must
+        not change between replays (dynamo then guards on them, hence the pool below)."""
+        for t in self.keys + self.values:
+            torch._dynamo.mark_static_address(t)
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        if self.slots is None:  # the eager first step (buffers allocated here, zero-filled)
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        R, H, W, D = key_states.shape
+        index = self.slots[:, None, :, None]
+        k.scatter_(2, index.expand(R, H, W, D), key_states)
+        v.scatter_(2, index.expand(R, H, W, value_states.shape[-1]), value_states)
+        return k, v
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiled step
+# ---------------------------------------------------------------------------------------------
+
+
+def static_step(model, cache: StaticCursorCache, feed, n_feed, cursor, remaining, alive, tau, stop_ids,
+                noise, *, block: int, mask_id: int, pad_id: int, metric: str, temperature: float,
+                max_accept: int | None):
+    """One forward of every row at its cursor, acceptance and the cut; all on the device.
+
+    feed (R, B) long: each row's last accepted tokens (first n_feed of them real); n_feed,
+    cursor, remaining (R,) long; alive (R,) bool; tau (R,) float64; noise (R, B, V) or None.
+    Returns the next (feed, n_feed, cursor, remaining, alive) and the packed outcome (R, 2B + 2).
+    """
+    B = block
+    R, W = feed.shape[0], 2 * B - 1
+    j = torch.arange(W, device=feed.device)
+    n = n_feed[:, None]
+    real = feed.gather(1, j.clamp(max=B - 1).expand(R, W))
+    ids = torch.where(j < n, real, torch.where(j < n + B - 1, mask_id, pad_id))  # (R, W)
+    pos = cursor[:, None] + j  # (R, W) position id = buffer slot
+    visible = torch.arange(cache.capacity, device=feed.device) <= pos[:, :, None]  # (R, W, C)
+    keep = n - 1 + torch.arange(B, device=feed.device)  # (R, B): the last real token and the masks
+    cache.slots = pos
+    # a 4-D mask is used as written (the model builds none of its own)
+    logits = model(input_ids=ids, attention_mask=visible[:, None], position_ids=pos,
+                   cache=cache, use_cache=True, logits_to_keep=keep).logits  # (R, B, V)
+    cache.slots = None
+    tokens, conf, n_acc = accept(logits, tau, metric, temperature, noise, max_accept)
+    take, done = cut(tokens, n_acc, stop_ids, remaining)
+    done = done | ~alive
+    going = alive & ~done
+    # a finished row keeps feeding one token at a frozen cursor: it never runs past the buffer
+    return (tokens, torch.where(going, take, 1), cursor + torch.where(alive, n_feed, 0),
+            remaining - take, going, pack(tokens, conf, take, done))
+
+
+_COMPILED: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+def compiled_step(mode: str):
+    """`static_step` under `torch.compile(mode=mode)`, made once per mode (dynamo keeps one graph
+    per model, settings and batch bucket under it)."""
+    with _LOCK:
+        if mode not in _COMPILED:
+            import torch._dynamo
+
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+            _COMPILED[mode] = torch.compile(static_step, mode=mode, dynamic=False, fullgraph=True)
+        return _COMPILED[mode]
+
+
+def resolve_mode(compile_setting, device) -> str:
+    """The torch.compile mode for `DecodeConfig.compile` on `device`."""
+    if isinstance(compile_setting, str):
+        return compile_setting
+    return "reduce-overhead" if torch.device(device).type == "cuda" else "default"
+
+
+# ---------------------------------------------------------------------------------------------
+# buffers: reused across decodes of one model (CUDA graphs need fixed addresses)
+# ---------------------------------------------------------------------------------------------
+
+
+_POOLS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def take_cache(model, batch: int, capacity: int) -> StaticCursorCache:
+    """A free buffer of this shape for `model` (zeroed), or a new one (allocated by its first forward)."""
+    with _LOCK:
+        free = _POOLS.setdefault(model, {}).setdefault((batch, capacity), [])
+        cache = free.pop() if free else StaticCursorCache(batch, capacity)
+    for t in cache.keys + cache.values:
+        t.zero_()
+    return cache
+
+
+def give_cache(model, cache: StaticCursorCache) -> None:
+    with _LOCK:
+        _POOLS.setdefault(model, {}).setdefault((cache.batch, cache.capacity), []).append(cache)
+
+
+def release_buffers(model) -> None:
+    """Drop the pooled buffers of `model` (they are kept for the next decode of the same shape)."""
+    with _LOCK:
+        _POOLS.pop(model, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# the decode loop
+# ---------------------------------------------------------------------------------------------
+
+
+def _bucket(n: int) -> int:
+    return 1 << (n - 1).bit_length()  # the smallest power of two >= n
+
+
+@torch.no_grad()
+def decode_compiled(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    cfg, dev, B = rows.cfg, rows.device, rows.block
+    mode = resolve_mode(cfg.compile, dev)
+    graphs = mode in ("reduce-overhead", "max-autotune")  # CUDA graphs: fixed buffer addresses
+    step = compiled_step(mode)
+    N = len(rows.prompts)
+    need = max(len(p) for p in rows.prompts) + cfg.max_new_tokens + 2 * B
+    capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
+    cache = take_cache(model, N, capacity)
+    try:
+        # the first step, eager: every prompt plus the masks, all rows at cursor 0
+        tau = rows.tau()
+        logits = cursor_forward(model, cache, [list(p) for p in rows.prompts], [0] * N, B, mask_id, pad_id)
+        tokens, conf, n_acc = rows.accept(logits, rows.active, tau)
+        event, feed = rows.commit(rows.active, tokens, conf, n_acc, tau)
+        vocab = logits.shape[-1]
+        order = list(range(N))  # buffer row -> sequence index
+        state = _initial_state(rows, feed, dev, B)
+        if graphs:
+            cache.fix_addresses()
+        rows.still_active()
+        yield event
+        kw = dict(block=B, mask_id=mask_id, pad_id=pad_id, metric=cfg.metric,
+                  temperature=float(cfg.temperature), max_accept=cfg.max_accept)
+        while rows.running():
+            tau = rows.tau()
+            live = set(rows.active)
+            taus = torch.full((len(order),), tau, dtype=torch.float64, device=dev)
+            noise = _noise(rows, order, live, B, vocab) if rows.random is not None else None
+            if graphs:
+                torch.compiler.cudagraph_mark_step_begin()
+            *state, packed = step(model, cache, *state, taus, rows.stop_ids, noise, **kw)
+            if graphs:  # a replay overwrites its outputs: keep copies of what the next step reads
+                state = [t.clone() for t in state]
+            packed = packed.tolist()  # the one host sync
+            mine = [(r, p) for r, p in zip(order, packed) if r in live]
+            event, _ = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B)
+            rows.still_active()
+            n_live = len(rows.active)
+            if 0 < n_live <= len(order) // 2:
+                cache, state, order = _shrink(model, cache, state, order, set(rows.active), graphs)
+            yield event
+    finally:
+        give_cache(model, cache)
+
+
+def _initial_state(rows: Rows, feed: list[list[int]], dev, B: int) -> list[torch.Tensor]:
+    N = len(rows.prompts)
+    padded = [f + [0] * (B - len(f)) if f else [0] * B for f in feed]
+    alive = [not rows.finished[r] for r in range(N)]
+    return [
+        torch.tensor(padded, dtype=torch.long, device=dev),  # feed (N, B)
+        torch.tensor([max(len(f), 1) for f in feed], dtype=torch.long, device=dev),  # n_feed
+        torch.tensor([len(p) for p in rows.prompts], dtype=torch.long, device=dev),  # cursor
+        torch.tensor([rows.cfg.max_new_tokens - len(o) for o in rows.out], dtype=torch.long, device=dev),
+        torch.tensor(alive, dtype=torch.bool, device=dev),
+    ]
+
+
+def _noise(rows: Rows, order: list[int], live: set[int], B: int, vocab: int) -> torch.Tensor:
+    """Each decoding row draws from its own stream, exactly as in the eager decoders."""
+    noise = torch.zeros(len(order), B, vocab, device=rows.device)
+    idx = [i for i, r in enumerate(order) if r in live]
+    noise[idx] = rows.random.noise([order[i] for i in idx], B, vocab)
+    return noise
+
+
+def _shrink(model, cache: StaticCursorCache, state, order: list[int], live: set[int], graphs: bool):
+    """Move the decoding rows into a buffer of the next power-of-two batch (finished rows fill it up)."""
+    keep = [i for i, r in enumerate(order) if r in live]
+    size = _bucket(len(keep))
+    keep += [i for i, r in enumerate(order) if r not in live][: size - len(keep)]
+    idx = torch.tensor(keep, dtype=torch.long, device=state[0].device)
+    small = take_cache(model, size, cache.capacity)
+    if not small.keys:  # a new buffer: allocate it like the old one
+        small.keys = [k.new_zeros((size,) + k.shape[1:]) for k in cache.keys]
+        small.values = [v.new_zeros((size,) + v.shape[1:]) for v in cache.values]
+        if graphs:
+            small.fix_addresses()
+    for dst, src in zip(small.keys + small.values, cache.keys + cache.values):
+        torch.index_select(src, 0, idx, out=dst)
+    give_cache(model, cache)
+    return small, [t[idx] for t in state], [order[i] for i in keep]

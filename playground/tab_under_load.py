@@ -1,0 +1,101 @@
+"""The Under load tab: requests arrive while the model decodes; watch the queue, tau and latency
+move together under a fixed or a load-adaptive tau (`benchmarks.load` in miniature)."""
+from __future__ import annotations
+
+import gradio as gr
+
+from . import fields
+from .core import Core
+from .errors import guard
+from .session import Session
+from .ui import UI
+from .validate import as_choice, as_float, as_int
+
+POLICIES = ("adaptive", "fixed 1.0", "fixed 0.95", "fixed 0.7")
+COMPARE = ("fixed 1.0", "fixed 0.7")  # the two ends a comparison adds
+PATTERNS = ("bursty", "steady")
+MAX_RATE, MAX_DURATION, MAX_SLOTS, MAX_REQUESTS = 20.0, 30.0, 8, 150
+
+CLAIM = ("**What the paper claims.** The confidence threshold tau is a speed dial that needs no model swap: a "
+         "server can relax it when requests pile up and tighten it when it is idle, trading a little quality "
+         "for latency exactly when it matters. Here held-out problems arrive by a seeded Poisson process "
+         "(bursty: a quiet third, a burst at the chosen rate, a quiet third at a quarter of it) and are "
+         "served by continuous batching on this machine, in this process, while the model decodes; "
+         "latency is from arrival to the last token. Timings are this CPU's right now (other visitors "
+         "share it): run it twice and compare. The defaults overload tau = 1 on an idle 2-core CPU; on a "
+         "busier machine lower the rate.")
+
+
+class UnderLoadTab:
+    def __init__(self, core: Core):
+        self.core = core
+        self.opts = core.opts
+
+    def run(self, pattern, rate, duration, policy, compare, target, slots, session: Session,
+            progress=gr.Progress()):
+        """One short simulation per policy (the chosen one, plus fixed 1.0 and 0.7 to compare) on
+        the same arrivals; returns the timeline, the latency-quality front and a summary."""
+        from benchmarks.load import run_load
+        from benchmarks.load_report import front_figure, timeline_figure
+        from benchmarks.load_sim import LoadSettings
+        from mars_core.tau_policy import AdaptiveConfig
+
+        pattern = as_choice("pattern", pattern, PATTERNS)
+        rate = as_float("rate", rate, 0.5, MAX_RATE)
+        duration = as_float("duration", duration, 1.0, MAX_DURATION)
+        policy = as_choice("policy", policy, POLICIES)
+        target = as_float("latency target", target, 0.05, 60.0)
+        slots = as_int("slots", slots, 1, MAX_SLOTS)
+        policies = [policy] + ([p for p in COMPARE if p != policy] if compare is True else [])
+        mars, _ = self.core.models_for(session)
+        budget = self.opts.max_seconds / len(policies)  # the whole tab stays within the app's limit
+        settings = LoadSettings(pattern=pattern, rate=rate, duration=duration, max_requests=MAX_REQUESTS,
+                                time_limit=budget)
+        progress(0.0, desc="warming up")
+        result = run_load(mars.model, mars.tokenizer, settings, policies, [slots], AdaptiveConfig(latency_target=target),
+                          block_size=self.core.default_block, max_new_tokens=min(256, self.core.max_new_cap(session)),
+                          progress=lambda frac, text: progress(frac, desc=text))
+        return timeline_figure(result, height=640), front_figure(result, height=360), summary(result)
+
+
+def summary(result: dict) -> str:
+    """What the run shows, in words, then a table narrow enough for a phone."""
+    target = result["settings"]["target"]
+    lines = [f"**What this run shows** (p95 latency target {target:g} s; "
+             f"{result['results'][0]['requests']} requests):"]
+    rows = ["| policy | p95 latency | target | accuracy | mean tau |", "|---|---:|---|---:|---:|"]
+    for r in result["results"]:
+        if r["p95_latency"] is None:
+            lines.append(f"- **{r['policy']}**: no request finished within the time limit.")
+            continue
+        verdict = "meets" if r["meets_target"] else "misses"
+        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.0f}%"
+        stopped = f", {r['unfinished']} unfinished at the time limit" if r["unfinished"] else ""
+        lines.append(f"- **{r['policy']}** {verdict} the target: p95 latency {r['p95_latency']:.2f} s, "
+                     f"accuracy {acc}, mean tau {r['mean_tau']:.2f}, {r['tokens_per_forward']:.2f} tokens per "
+                     f"forward{stopped}.")
+        rows.append(f"| {r['policy']} | {r['p95_latency']:.2f} s | {verdict} | {acc} | {r['mean_tau']:.2f} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(rows) + "\n"
+
+
+def add_tab(ui: UI) -> UnderLoadTab:
+    tab = UnderLoadTab(ui.core)
+    with gr.Tab("Under load", id="under-load"):
+        gr.Markdown(CLAIM)
+        with gr.Row():
+            pattern = fields.Radio(list(PATTERNS), value="bursty", label="arrivals")
+            policy = fields.Dropdown(list(POLICIES), value="adaptive", label="tau policy")
+            compare = gr.Checkbox(value=True, label="compare with fixed 1.0 and 0.7")
+        with gr.Row():
+            rate = fields.Slider(0.5, MAX_RATE, value=20, step=0.5, label="rate (requests/s, the burst's)")
+            duration = fields.Slider(3, MAX_DURATION, value=12, step=1, label="duration (s of arrivals)")
+            target = fields.Number(value=1.0, label="p95 latency target (s)")
+            slots = fields.Slider(1, MAX_SLOTS, value=4, step=1, label="batch slots")
+        btn = gr.Button("Run simulation", variant="primary", elem_id="load-run")
+        timeline = gr.Plot(label="latency, queue and tau over time", elem_id="load-timeline")
+        front = gr.Plot(label="latency-quality front", elem_id="load-front")
+        note = gr.Markdown(elem_id="load-note", label="summary")
+    btn.click(guard(ui.gpu(tab.run)), [pattern, rate, duration, policy, compare, target, slots, ui.session],
+              [timeline, front, note], api_name="under_load", **ui.decode_limit)
+    ui.tabs["under_load"] = tab
+    return tab

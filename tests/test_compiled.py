@@ -1,0 +1,150 @@
+"""The static-shape cursor path (`compile=True`) against the eager cursor decoder, token for token.
+
+Most tests run the static path with `torch.compile` switched off (the same step function,
+called as is): compiling on this 2-core CPU costs tens of seconds per graph, and what the
+static path changes (fixed widths, state on the device, the buffer shrinking, acceptance in the
+step) is all there without the compiler. `test_compiled_with_inductor` compiles for real, once.
+"""
+import pytest
+import torch
+
+from conftest import PROMPTS, make_model
+from mars_core import DecodeConfig, TauControl, generate, stream
+from mars_core import decode_compiled as dc
+from test_cursor import BATCH
+from test_decoders import SETTINGS
+
+
+@pytest.fixture
+def uncompiled(monkeypatch):
+    """The static path with the step run eagerly; counts the steps and the batch sizes they ran at."""
+    seen = []
+
+    def step(*args, **kw):
+        seen.append(args[2].shape[0])
+        return dc.static_step(*args, **kw)
+
+    monkeypatch.setattr(dc, "compiled_step", lambda mode: step)
+    return seen
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def confident(request, tokenizer):
+    m = make_model(request.param, len(tokenizer), seed=1, head_scale=60.0)
+    m.generation_config.eos_token_id = tokenizer.eos_token_id
+    return m
+
+
+def both(model, tok, prompts, **kw):
+    eager = generate(model, tok, prompts, DecodeConfig(cache="cursor", **kw))
+    static = generate(model, tok, prompts, DecodeConfig(cache="cursor", compile=True, **kw))
+    return eager, static
+
+
+def same(eager, static):
+    assert static.token_ids == eager.token_ids
+    # attention over the whole buffer sums in another order: confidences agree to rounding
+    for a, b in zip(static.confidences, eager.confidences):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert static.stats.accepted_per_step == eager.stats.accepted_per_step
+    assert static.stats.row_forwards == eager.stats.row_forwards
+
+
+@pytest.mark.parametrize("metric,tau", [s for s in SETTINGS if s[1] not in (0.0, 2.0, 0.8)] + [("probability", 1.0)])
+def test_static_equals_eager(confident, tokenizer, uncompiled, metric, tau):
+    eager, static = both(confident, tokenizer, BATCH, tau=tau, metric=metric, block_size=4, max_new_tokens=40)
+    assert any(c > 1 for step in eager.stats.accepted_per_step for c in step) or tau == 1.0
+    same(eager, static)
+    assert uncompiled and uncompiled[0] == len(BATCH)
+
+
+def test_rows_finish_apart_and_the_batch_shrinks(confident, tokenizer, uncompiled):
+    """Rows stop at different steps (a second stop id): the survivors move to smaller buffers."""
+    eos = tokenizer.eos_token_id
+    base = dict(tau=0.5, block_size=4, max_new_tokens=40)
+    full = generate(confident, tokenizer, BATCH, DecodeConfig(cache="none", **base)).token_ids
+    confident.generation_config.eos_token_id = [eos, full[1][5]]
+    try:
+        eager, static = both(confident, tokenizer, BATCH, **base)
+    finally:
+        confident.generation_config.eos_token_id = eos
+    assert len({len(t) for t in eager.token_ids}) > 2
+    same(eager, static)
+    assert uncompiled[0] == 8 and len(set(uncompiled)) >= 3  # shrank at least twice
+    assert all(a >= b for a, b in zip(uncompiled, uncompiled[1:]))
+
+
+@pytest.mark.parametrize("mode,B", [("ar", 4), ("mars", 1), ("mars", 8)])
+def test_ar_mode_and_block_sizes(confident, tokenizer, uncompiled, mode, B):
+    eager, static = both(confident, tokenizer, BATCH, mode=mode, tau=0.5, block_size=B, max_new_tokens=30)
+    same(eager, static)
+
+
+def test_tau_one_is_greedy_ar_and_ar_mode(model, tokenizer, uncompiled):
+    ar = generate(model, tokenizer, BATCH, DecodeConfig(mode="ar", cache="cursor", compile=True, max_new_tokens=20))
+    mars = generate(model, tokenizer, BATCH, DecodeConfig(tau=1.0, cache="cursor", compile=True, max_new_tokens=20))
+    ref = generate(model, tokenizer, BATCH, DecodeConfig(mode="ar", cache="none", max_new_tokens=20))
+    assert ar.token_ids == ref.token_ids == mars.token_ids
+
+
+def test_sampling_and_max_accept(confident_model, tokenizer, uncompiled):
+    eager, static = both(confident_model, tokenizer, BATCH, tau=0.7, temperature=1.0, seed=3, max_new_tokens=30)
+    same(eager, static)
+    eager, static = both(confident_model, tokenizer, BATCH, tau=0.2, max_accept=2, max_new_tokens=30)
+    same(eager, static)
+
+
+def test_max_new_tokens_cuts_mid_block(confident_model, tokenizer, uncompiled):
+    for n in (1, 2, 7):
+        eager, static = both(confident_model, tokenizer, BATCH, tau=0.0, max_new_tokens=n)
+        same(eager, static)
+        assert all(len(t) <= n for t in static.token_ids)
+
+
+def test_live_tau_and_stop(confident_model, tokenizer, uncompiled):
+    def run(compile, stop_at):
+        cfg = DecodeConfig(tau=1.0, cache="cursor", compile=compile, max_new_tokens=40)
+        control, out = TauControl(1.0), []
+        for ev in stream(confident_model, tokenizer, PROMPTS[1], cfg, control):
+            out.append((ev.tokens[0], ev.tau))
+            if ev.step == 3:
+                control.tau = 0.0
+            if ev.step == stop_at:
+                control.stop()
+        return out
+
+    assert run(True, 99) == run(False, 99)
+    stopped = run(True, 6)
+    assert len(stopped) == 7 and stopped == run(False, 6)
+    assert max(len(t) for t, _ in stopped[4:]) == 4
+
+
+def test_buffers_are_reused_and_never_grow(confident_model, tokenizer, uncompiled):
+    cfg = DecodeConfig(tau=0.5, cache="cursor", compile=True, max_new_tokens=30)
+    dc.release_buffers(confident_model)
+    generate(confident_model, tokenizer, PROMPTS[:2], cfg)
+    pool = dc._POOLS[confident_model]
+    first = {k: [t.data_ptr() for c in v for t in c.keys] for k, v in pool.items()}
+    assert all(cap % dc.CAPACITY_STEP == 0 for _, cap in first)
+    generate(confident_model, tokenizer, PROMPTS[2:4], cfg)  # same shapes: the same buffers
+    assert {k: [t.data_ptr() for c in v for t in c.keys] for k, v in pool.items()} == first
+    dc.release_buffers(confident_model)
+    assert confident_model not in dc._POOLS
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="cursor"):
+        DecodeConfig(cache="sliding", compile=True)
+    with pytest.raises(ValueError, match="reduce-overhead"):
+        DecodeConfig(cache="cursor", compile="fast")
+
+
+def test_compiled_with_inductor(tokenizer):
+    """One real compile (inductor, default mode): a batch that shrinks, MARS and AR, equal to eager."""
+    m = make_model("qwen2", len(tokenizer), seed=1, head_scale=60.0)
+    m.generation_config.eos_token_id = tokenizer.eos_token_id
+    prompts = [PROMPTS[1], PROMPTS[2]]
+    for mode in ("mars", "ar"):
+        eager, compiled = both(m, tokenizer, prompts, mode=mode, tau=0.5, max_new_tokens=24)
+        same(eager, compiled)
+    dc.release_buffers(m)
