@@ -5,7 +5,7 @@ import torch
 from conftest import PROMPTS, make_model
 from mars_core import DecodeConfig, TauControl, generate, stream
 from mars_core.decode_cursor import CursorCache
-from test_decoders import SETTINGS, hf_greedy
+from test_decoders import SETTINGS, check_extra_stops, hf_greedy, check_eos_mid_block
 
 # a batch of >= 6 prompts of very different lengths
 BATCH = PROMPTS + ["7 + 8 = ?", "List three numbers between 10 and 20, then sort them from largest to smallest."]
@@ -92,15 +92,17 @@ def test_tau_can_change_between_steps(confident_model, tokenizer):
 
 
 def test_per_sample_eos_and_max_new_tokens(model, tokenizer):
-    eos = tokenizer.eos_token_id
-    ref = generate(model, tokenizer, BATCH, DecodeConfig(mode="ar", cache="none", max_new_tokens=12))
-    model.generation_config.eos_token_id = [eos] + [t[2] for t in ref.token_ids if len(t) > 2]
-    try:
-        res = generate(model, tokenizer, BATCH, DecodeConfig(tau=1.0, cache="cursor", max_new_tokens=12))
-        for got, full in zip(res.token_ids, ref.token_ids):
-            assert len(got) <= 2 and full[: len(got)] == got
-    finally:
-        model.generation_config.eos_token_id = eos
+    ar = generate(model, tokenizer, BATCH, DecodeConfig(mode="ar", cache="none", max_new_tokens=12))
+    stops = {t[2] for t in ar.token_ids if len(t) > 2}  # every row stops at length 2 or earlier
+    cfg = DecodeConfig(tau=1.0, max_new_tokens=12)
+    ref, want = check_extra_stops(model, tokenizer, BATCH, cfg, stops, ["cursor"])
+    assert ref.token_ids == ar.token_ids  # tau = 1: the reference is AR
+    assert all(len(w) <= 2 for w in want) and 2 in map(len, want)
+    assert len(set(map(len, want))) >= 2  # guard: rows stop at different points
+
+
+def test_eos_accepted_mid_block(confident_model, tokenizer):
+    check_eos_mid_block(confident_model, tokenizer, BATCH, ["cursor"])
 
 
 def test_cache_never_grows_and_mask_slots_are_overwritten(confident_model, tokenizer):

@@ -1,4 +1,6 @@
 """Every decoder against the no-cache reference and against `model.generate`, token for token."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -115,21 +117,68 @@ def test_stop_ends_a_generation_early(confident_model, tokenizer):
     assert len(events) == 1
 
 
-def test_per_sample_eos_and_max_new_tokens(model, tokenizer):
-    eos = tokenizer.eos_token_id
-    ref = generate(model, tokenizer, PROMPTS, DecodeConfig(mode="ar", max_new_tokens=12))
-    assert all(len(t) <= 12 and eos not in t for t in ref.token_ids)
-    # make the 3rd generated token of every row an EOS: every row stops at length 2
-    first3 = {tuple(t[:3]) for t in ref.token_ids}
-    assert len(first3) >= 1
-    model.generation_config.eos_token_id = [eos] + [t[2] for t in ref.token_ids if len(t) > 2]
+def cut_at(tokens, stops):
+    """`tokens` up to, not including, the first of `stops`: what a decoder must return once
+    `stops` are EOS, given its output without them (the steps before the stop are unchanged)."""
+    return next((tokens[:i] for i, t in enumerate(tokens) if t in stops), tokens)
+
+
+def step_starts(stats, i):
+    """Offsets in row `i`'s output at which a forward's block began."""
+    starts, at = set(), 0
+    for n in stats.per_sequence(i):
+        starts.add(at)
+        at += n
+    return starts
+
+
+def check_extra_stops(model, tokenizer, prompts, cfg, stops, caches):
+    """With `stops` added to the EOS ids, every cache returns the reference output cut at the
+    first stop. Returns the reference and the cuts, for the caller's guards."""
+    ref = generate(model, tokenizer, prompts, dataclasses.replace(cfg, cache="none"))
+    want = [cut_at(t, stops) for t in ref.token_ids]
+    eos = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, *stops]
     try:
-        for cache in CACHES:
-            res = generate(model, tokenizer, PROMPTS, DecodeConfig(tau=1.0, cache=cache, max_new_tokens=12))
-            for got, full in zip(res.token_ids, ref.token_ids):
-                assert len(got) <= 2 and full[: len(got)] == got
+        for cache in caches:
+            got = generate(model, tokenizer, prompts, dataclasses.replace(cfg, cache=cache)).token_ids
+            assert got == want, cache
     finally:
         model.generation_config.eos_token_id = eos
+    return ref, want
+
+
+def test_per_sample_eos_and_max_new_tokens(model, tokenizer):
+    eos = tokenizer.eos_token_id
+    cfg = DecodeConfig(tau=1.0, max_new_tokens=12)
+    ar = generate(model, tokenizer, PROMPTS, DecodeConfig(mode="ar", max_new_tokens=12))
+    assert all(len(t) <= 12 and eos not in t for t in ar.token_ids)
+    # make the 3rd generated token of every row an EOS: every row stops at length 2 or earlier
+    stops = {t[2] for t in ar.token_ids if len(t) > 2}
+    ref, want = check_extra_stops(model, tokenizer, PROMPTS, cfg, stops, CACHES)
+    assert ref.token_ids == ar.token_ids  # tau = 1: the reference is AR
+    assert all(len(w) <= 2 for w in want) and 2 in map(len, want)
+    assert len(set(map(len, want))) >= 2  # guard: rows stop at different points
+
+
+def test_eos_accepted_mid_block(confident_model, tokenizer):
+    check_eos_mid_block(confident_model, tokenizer, PROMPTS, CACHES)
+
+
+def check_eos_mid_block(confident_model, tokenizer, prompts, caches):
+    """A stop accepted after other tokens of its block: those tokens are kept, the rest dropped."""
+    cfg = DecodeConfig(tau=0.5, block_size=4, cache_block_size=8, max_new_tokens=24)
+    ref = generate(confident_model, tokenizer, prompts, dataclasses.replace(cfg, cache="none"))
+    # per row, the 2nd token of its first block of >= 3: an EOS there ends the row mid-block
+    stops = set()
+    for i, toks in enumerate(ref.token_ids):
+        starts = sorted(step_starts(ref.stats, i))
+        wide = [s for s, e in zip(starts, starts[1:] + [len(toks)]) if e - s >= 3]
+        stops.update(toks[s + 1] for s in wide[:1])
+    ref, want = check_extra_stops(confident_model, tokenizer, prompts, cfg, stops, caches)
+    mid = [len(w) for i, w in enumerate(want) if len(w) < len(ref.token_ids[i])
+           and len(w) not in step_starts(ref.stats, i)]
+    assert len(mid) >= 2  # guard: rows really stop inside a block, after tokens of it
 
 
 def loop_accept(logits, tau, metric, max_accept=None):
