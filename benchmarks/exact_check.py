@@ -17,6 +17,7 @@ import torch
 
 from mars_core.config import DecodeConfig
 from mars_core.generate import decode_steps
+from mars_core.lists import list_arg
 from mars_core.loading import load_model
 from mars_core.prompts import encode_prompt, special_ids
 
@@ -61,23 +62,28 @@ def decode(model, tok, ids, cfg: DecodeConfig, batch: int, draft=None):
     return out, tokens / forwards, (accepted / drafted if drafted else None)
 
 
-def main(argv=None) -> int:
-    from tasks.synthetic import make_examples, score
-
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.exact_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="assets/models/tiny-mars-b4")
     p.add_argument("--draft-model", default="assets/models/tiny-ar-sft")
     p.add_argument("--n", type=int, default=500)
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--batch-sizes", default="1,8,32")
+    p.add_argument("--batch-sizes", type=list_arg(int, minimum=1), default=(1, 8, 32), help="comma-separated (default 1,8,32)")
     p.add_argument("--reference-n", type=int, default=None, help="problems for the slow no-cache runs (default: all)")
     p.add_argument("--draft-tokens", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {', '.join(RUNS)}")
+    p.add_argument("--runs", type=list_arg(str), default=tuple(RUNS), help=f"comma-separated subset of {', '.join(RUNS)}")
     args = p.parse_args(argv)
-    unknown = set(args.runs.split(",")) - set(RUNS)
+    unknown = set(args.runs) - set(RUNS)
     if unknown:
         p.error(f"unknown runs {sorted(unknown)}; allowed: {', '.join(RUNS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tasks.synthetic import make_examples, score
+
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tok = load_model(args.model)
     draft, _ = load_model(args.draft_model)
@@ -90,11 +96,11 @@ def main(argv=None) -> int:
           f"{args.max_new_tokens}; reference: model.generate of {args.model}: accuracy {100 * acc(ref):.1f}%\n")
     print("| decoding | cache | batch | = AR | accuracy | T/F | draft acceptance |\n|---|---|---:|---:|---:|---:|---:|")
     K = args.draft_tokens
-    for key in args.runs.split(","):
+    for key in args.runs:
         name, kw, uses_draft = RUNS[key]
         name = name.replace("K=", f"K={K}")
         kw = dict(kw, draft_tokens=K) if uses_draft else kw
-        plans = [("cursor", int(b)) for b in args.batch_sizes.split(",")]
+        plans = [("cursor", b) for b in args.batch_sizes]
         if kw["mode"] != "mars":
             plans.append(("none", 8))
         for cache, batch in plans:

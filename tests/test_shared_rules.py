@@ -92,3 +92,15 @@ def test_list_arg_message_reaches_argparse(capsys):
         p.parse_args(["--sizes", "0"])
     assert "expected comma-separated integers >= 1, got '0'" in capsys.readouterr().err
     assert issubclass(ListError, ValueError)
+
+
+def test_exact_check_reads_its_lists_with_the_shared_parser(capsys):
+    from benchmarks.exact_check import RUNS, parse_args
+
+    args = parse_args(["--batch-sizes", "1, 8,", "--runs", "spec,lossless"])
+    assert args.batch_sizes == (1, 8) and args.runs == ("spec", "lossless")
+    assert parse_args([]).runs == tuple(RUNS) and parse_args([]).batch_sizes == (1, 8, 32)
+    for bad, message in ((["--batch-sizes", "0"], "integers >= 1"), (["--runs", "spec,ring"], "unknown runs ['ring']")):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+        assert message in capsys.readouterr().err
