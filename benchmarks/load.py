@@ -171,8 +171,9 @@ def parser():
     p.add_argument("--time-limit", type=float, default=300.0, help="wall seconds per run before it stops (default 300)")
     p.add_argument("--repeats", type=int, default=1, help="repetitions of every run, rotated order (default 1)")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: on a shared CPU, two threads stall on each other's barriers; "
-                        "we measured 10x slower forwards with 2 threads while other jobs ran)")
+                   help="torch threads (default 1: on a shared CPU, threads stall at each other's barriers "
+                        "whenever another job holds a core, so a forward's time would measure the load of "
+                        "the machine, not the decoder)")
     p.add_argument("--png", action="store_true", help="also write the figures as PNG (needs kaleido and Chrome)")
     p.add_argument("--output", default="load", help="folder for load.md, load.json and the figures (default ./load)")
     return p

@@ -32,6 +32,7 @@ import torch
 
 from mars_core import DecodeConfig, generate, load_model
 from mars_core.export import export
+from mars_core.loading import DTYPES
 from mars_core.prompts import encode_prompt
 
 
@@ -98,7 +99,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--prompt-file", default=None)
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    # the names both engines take (load_model and LLM); not "auto", which each resolves its own way
+    ap.add_argument("--dtype", default="float32", choices=DTYPES)
     ap.add_argument("--min-equal", type=float, default=1.0)
     ap.add_argument("--out", default=None, help="write the report as JSON here too")
     args = ap.parse_args(argv)

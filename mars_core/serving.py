@@ -32,7 +32,7 @@ from .config import DecodeConfig, TauControl, _check_int, check_tau
 from .decode_cursor import CursorCache, cursor_forward
 from .decoding import RowRandom, cut
 from .masks import require_sdpa
-from .prompts import special_ids
+from .prompts import context_limit, special_ids
 from .tau_policy import FixedTau, Load
 
 DEFAULT_MAX_LEN = 4096  # slots of buffer per row when the model declares no (smaller) context
@@ -110,7 +110,7 @@ class Batcher:
             raise ValueError(f"config must be a DecodeConfig, got {type(config).__name__}")
         _check_int("slots", slots, 1)
         require_sdpa(model)
-        limit = getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
+        limit = context_limit(model) or DEFAULT_MAX_LEN
         if max_len is None:
             max_len = min(limit, DEFAULT_MAX_LEN)
         _check_int("max_len", max_len, 2)

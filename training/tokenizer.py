@@ -15,7 +15,9 @@ and ``add_generation_prompt`` appends ``<|assistant|>\\n``.
 
 CLI: ``python -m training.tokenizer --vocab-size 512 --n 20000 --seed 0
 --output DIR`` trains on synthetic train examples and saves a standard
-Hugging Face tokenizer folder (load it with ``AutoTokenizer``).
+Hugging Face tokenizer folder. Load it with ``mars_core.loading.load_tokenizer``
+(or ``load_model``): ``AutoTokenizer`` may swap in a model-specific class that
+re-tokenizes differently (see ``load_tokenizer``).
 """
 
 from __future__ import annotations
