@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Iterator
+from typing import Callable, Iterator, TYPE_CHECKING
 
 import torch
 
 from .acceptance import accept
 from .decode_cursor import CursorCache, cursor_forward
 from .decoding import Rows, StepEvent, cut, pack
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 CAPACITY_STEP = 128  # buffer slots are rounded up to this, so different prompts share graphs
 # compiled graphs one process may hold before dynamo falls back to eager (per model, settings
@@ -55,7 +58,10 @@ class StaticCursorCache(CursorCache):
         for t in self.keys + self.values:
             torch._dynamo.mark_static_address(t)
 
-    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """key_states, value_states (R, H, W, D) go to the slots `self.slots` (R, W); returns the
+        layer's whole buffers (R, H, C, D)."""
         if self.slots is None:  # the eager first step (buffers allocated here, zero-filled)
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
         k, v = self.keys[layer_idx], self.values[layer_idx]
@@ -71,13 +77,15 @@ class StaticCursorCache(CursorCache):
 # ---------------------------------------------------------------------------------------------
 
 
-def static_step(model, cache: StaticCursorCache, feed, n_feed, cursor, remaining, alive, tau, stop_ids,
-                noise, *, block: int, mask_id: int, pad_id: int, metric: str, temperature: float,
-                max_accept: int | None):
+def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Tensor, n_feed: torch.Tensor,
+                cursor: torch.Tensor, remaining: torch.Tensor, alive: torch.Tensor, tau: torch.Tensor,
+                stop_ids: torch.Tensor, noise: torch.Tensor | None, *, block: int, mask_id: int, pad_id: int,
+                metric: str, temperature: float, max_accept: int | None) -> tuple[torch.Tensor, ...]:
     """One forward of every row at its cursor, acceptance and the cut; all on the device.
 
     feed (R, B) long: each row's last accepted tokens (first n_feed of them real); n_feed,
-    cursor, remaining (R,) long; alive (R,) bool; tau (R,) float64; noise (R, B, V) or None.
+    cursor, remaining (R,) long; alive (R,) bool; tau (R,) float64; stop_ids (S,) long;
+    noise (R, B, V) or None.
     Returns the next (feed, n_feed, cursor, remaining, alive) and the packed outcome (R, 2B + 2).
     """
     B = block
@@ -107,7 +115,7 @@ _COMPILED: dict[str, object] = {}
 _LOCK = threading.Lock()
 
 
-def compiled_step(mode: str):
+def compiled_step(mode: str) -> Callable[..., tuple[torch.Tensor, ...]]:
     """`static_step` under `torch.compile(mode=mode)`, made once per mode (dynamo keeps one graph
     per model, settings and batch bucket under it)."""
     with _LOCK:
@@ -119,7 +127,7 @@ def compiled_step(mode: str):
         return _COMPILED[mode]
 
 
-def resolve_mode(compile_setting, device) -> str:
+def resolve_mode(compile_setting: bool | str, device: torch.device | str) -> str:
     """The torch.compile mode for `DecodeConfig.compile` on `device`."""
     if isinstance(compile_setting, str):
         return compile_setting
@@ -134,7 +142,7 @@ def resolve_mode(compile_setting, device) -> str:
 _POOLS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 
 
-def take_cache(model, batch: int, capacity: int) -> StaticCursorCache:
+def take_cache(model: PreTrainedModel, batch: int, capacity: int) -> StaticCursorCache:
     """A free buffer of this shape for `model` (zeroed), or a new one (allocated by its first forward)."""
     with _LOCK:
         free = _POOLS.setdefault(model, {}).setdefault((batch, capacity), [])
@@ -144,12 +152,13 @@ def take_cache(model, batch: int, capacity: int) -> StaticCursorCache:
     return cache
 
 
-def give_cache(model, cache: StaticCursorCache) -> None:
+def give_cache(model: PreTrainedModel, cache: StaticCursorCache) -> None:
+    """Return `cache` to `model`'s pool, for the next decode of its shape."""
     with _LOCK:
         _POOLS.setdefault(model, {}).setdefault((cache.batch, cache.capacity), []).append(cache)
 
 
-def release_buffers(model) -> None:
+def release_buffers(model: PreTrainedModel) -> None:
     """Drop the pooled buffers of `model` (they are kept for the next decode of the same shape)."""
     with _LOCK:
         _POOLS.pop(model, None)
@@ -165,7 +174,9 @@ def _bucket(n: int) -> int:
 
 
 @torch.no_grad()
-def decode_compiled(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward until every row of `rows` stops (`compile=True`); the
+    tokens land in `rows.out`, as with `decode_cursor`."""
     cfg, dev, B = rows.cfg, rows.device, rows.block
     mode = resolve_mode(cfg.compile, dev)
     graphs = mode in ("reduce-overhead", "max-autotune")  # CUDA graphs: fixed buffer addresses
@@ -211,7 +222,7 @@ def decode_compiled(model, rows: Rows, mask_id: int, pad_id: int) -> Iterator[St
         give_cache(model, cache)
 
 
-def _initial_state(rows: Rows, feed: list[list[int]], dev, B: int) -> list[torch.Tensor]:
+def _initial_state(rows: Rows, feed: list[list[int]], dev: torch.device | str, B: int) -> list[torch.Tensor]:
     N = len(rows.prompts)
     padded = [f + [0] * (B - len(f)) if f else [0] * B for f in feed]
     alive = [not rows.finished[r] for r in range(N)]
@@ -232,7 +243,8 @@ def _noise(rows: Rows, order: list[int], live: set[int], B: int, vocab: int) -> 
     return noise
 
 
-def _shrink(model, cache: StaticCursorCache, state, order: list[int], live: set[int], graphs: bool):
+def _shrink(model: PreTrainedModel, cache: StaticCursorCache, state: list[torch.Tensor], order: list[int],
+            live: set[int], graphs: bool) -> tuple[StaticCursorCache, list[torch.Tensor], list[int]]:
     """Move the decoding rows into a buffer of the next power-of-two batch (finished rows fill it up)."""
     keep = [i for i, r in enumerate(order) if r in live]
     size = _bucket(len(keep))

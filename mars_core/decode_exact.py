@@ -27,7 +27,7 @@ batch, so a row decodes exactly as it would alone.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 
@@ -37,6 +37,9 @@ from .speculative import ModelDrafter, vocab_size
 from .verify import after_drafts, block_after, draft_confidence, verify_drafts
 from .verify_forward import CursorContext, NoCacheContext
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 class SelfDrafter:
     """Lossless MARS: the drafts are the previous forward's mask predictions (group j)."""
@@ -45,19 +48,23 @@ class SelfDrafter:
         self.drafts: list[list[int]] = [[] for _ in range(n_rows)]  # none before the first forward
         self.q: torch.Tensor | None = None  # (R, B - 1, V) their distributions (sampling)
 
-    def propose(self):
+    def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
+        """The drafts (up to B - 1 ids per row) and their distributions q (R, B - 1, V), None when greedy."""
         return self.drafts, self.q
 
     def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]], q: torch.Tensor | None) -> None:
+        """The next drafts: this forward's group-j mask predictions (q (R, B - 1, V) or None)."""
         self.drafts, self.q = drafts, q
 
     def select(self, keep: list[int]) -> None:
+        """Keep only the rows `keep` (indices into the active rows), in that order."""
         self.drafts = [self.drafts[i] for i in keep]
         if self.q is not None:
             self.q = self.q[torch.tensor(keep, dtype=torch.long, device=self.q.device)]
 
 
-def _context(model, rows: Rows, extra: int, mask_id: int, pad_id: int):
+def _context(model: PreTrainedModel, rows: Rows, extra: int, mask_id: int,
+             pad_id: int) -> NoCacheContext | CursorContext:
     n = len(rows.prompts)
     if rows.cfg.cache == "none":
         return NoCacheContext(model, n, mask_id, pad_id, rows.device)
@@ -66,8 +73,8 @@ def _context(model, rows: Rows, extra: int, mask_id: int, pad_id: int):
 
 
 @torch.no_grad()
-def decode_exact(model, rows: Rows, mask_id: int, pad_id: int, draft_model=None,
-                 drafter=None) -> Iterator[StepEvent]:
+def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
+                 draft_model: PreTrainedModel | None = None, drafter: object | None = None) -> Iterator[StepEvent]:
     """`mode="lossless"` (draft_model None) or `mode="spec"`, on cache "none" or "cursor".
 
     `drafter` replaces the drafts (tests feed adversarial ones): an object with `propose()` ->

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
@@ -34,6 +35,9 @@ from .decoding import RowRandom, cut
 from .masks import require_sdpa
 from .prompts import context_limit, special_ids
 from .tau_policy import FixedTau, Load
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_MAX_LEN = 4096  # slots of buffer per row when the model declares no (smaller) context
 REPLY_WINDOW = 32  # finished replies whose average length the policy sees
@@ -104,8 +108,8 @@ class Batcher:
     (`FixedTau(config.tau)` when no policy is given). The cache mode is always the cursor cache.
     """
 
-    def __init__(self, model, tokenizer, config: DecodeConfig, slots: int = 8, policy=None,
-                 max_len: int | None = None):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: DecodeConfig,
+                 slots: int = 8, policy: Callable[[Load], float] | None = None, max_len: int | None = None):
         if not isinstance(config, DecodeConfig):
             raise ValueError(f"config must be a DecodeConfig, got {type(config).__name__}")
         _check_int("slots", slots, 1)
@@ -163,9 +167,11 @@ class Batcher:
 
     @property
     def idle(self) -> bool:
+        """Nothing waiting and nothing running."""
         return not self.waiting and not self.live
 
     def load(self) -> Load:
+        """What the tau policy sees before the next forward."""
         secs, tpr = self._last if self._last else (None, None)
         reply = sum(self._replies) / len(self._replies) if self._replies else None
         return Load(len(self.waiting), len(self.live), self.slots, secs, tpr, reply)
@@ -194,7 +200,7 @@ class Batcher:
         self._last = (seconds, sum(max(len(e.tokens), 1) for e in events[:rows]) / rows)
         return BatchStep(self.steps - 1, tau, len(self.waiting), rows, seconds, events, admitted)
 
-    def run(self):
+    def run(self) -> Iterator[BatchStep]:
         """Step until every submitted request is done; yields each `BatchStep`."""
         while not self.idle:
             out = self.step()
@@ -225,6 +231,7 @@ class Batcher:
         return admitted
 
     def _accept(self, logits: torch.Tensor, taus: list[float]) -> list[RequestEvent]:
+        """logits (R, P, V) of the live rows, taus one per row: accept, cut, record."""
         live, P = self.live, logits.shape[1]
         noise = None
         if self.cfg.temperature > 0:  # every row draws a full block, as it does decoding alone

@@ -24,7 +24,7 @@ from .acceptance import choose_tokens, confidence, passes
 
 def verify_drafts(drafts: torch.Tensor, n_drafts: torch.Tensor, q: torch.Tensor | None,
                   logits: torch.Tensor, temperature: float, uniform: torch.Tensor | None = None,
-                  gumbel: torch.Tensor | None = None):
+                  gumbel: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Accept a prefix of the drafts and pick the token after it.
 
     drafts (R, K) long, padded past n_drafts (R,); q (R, K, V) the draft distributions (None when
@@ -66,7 +66,8 @@ def _gumbel_pick(dist: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
 
 
 def block_after(bonus: torch.Tensor, verify_probs: torch.Tensor, group_logits: torch.Tensor, tau: float,
-                metric: str, temperature: float, noise: torch.Tensor | None, max_accept: int | None):
+                metric: str, temperature: float, noise: torch.Tensor | None,
+                max_accept: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The MARS block after the accepted drafts: the bonus, then tau-accepted mask predictions.
 
     bonus (R,); verify_probs (R, V) the target distribution the bonus came from; group_logits
@@ -87,10 +88,11 @@ def block_after(bonus: torch.Tensor, verify_probs: torch.Tensor, group_logits: t
 
 
 def after_drafts(drafts: torch.Tensor, draft_conf: torch.Tensor, j: torch.Tensor,
-                 block: torch.Tensor, block_conf: torch.Tensor, n_block: torch.Tensor):
+                 block: torch.Tensor, block_conf: torch.Tensor,
+                 n_block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Emitted tokens: the j accepted drafts, then the first n_block tokens of the block.
 
-    drafts, draft_conf (R, K); block, block_conf (R, B). Returns tokens and conf (R, K + B) and
+    drafts, draft_conf (R, K); j (R,); block, block_conf (R, B); n_block (R,). Returns tokens and conf (R, K + B) and
     the emitted count j + n_block (R,).
     """
     R, K = drafts.shape
@@ -107,6 +109,7 @@ def after_drafts(drafts: torch.Tensor, draft_conf: torch.Tensor, j: torch.Tensor
 
 
 def draft_confidence(probs: torch.Tensor, drafts: torch.Tensor, metric: str) -> torch.Tensor:
-    """(R, K) the target's confidence in each draft (what a UI shows next to it)."""
+    """probs (R, K + 1, V) the target's distributions, drafts (R, K) -> (R, K): the target's
+    confidence in each draft (what a UI shows next to it)."""
     K = drafts.shape[1]
     return confidence(probs[:, :K], drafts, metric)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper
@@ -37,6 +38,12 @@ from transformers.utils import logging
 
 from .config import EXACT_CACHES, DecodeConfig, TauControl
 from .mars_generate import decode_steps
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig, PreTrainedModel
+    from transformers.generation.logits_process import LogitsProcessorList
+    from transformers.generation.stopping_criteria import StoppingCriteriaList
+    from transformers.generation.streamers import BaseStreamer
 
 logger = logging.get_logger(__name__)
 
@@ -65,12 +72,15 @@ class _SpecialIds:
     unk_token_id: None = None
 
 
-def mars_decoding(model, input_ids: torch.LongTensor, logits_processor=None, stopping_criteria=None,
-                  generation_config=None, synced_gpus: bool = False, streamer=None, *, mode: str | None = None,
+def mars_decoding(model: PreTrainedModel, input_ids: torch.LongTensor,
+                  logits_processor: LogitsProcessorList | None = None,
+                  stopping_criteria: StoppingCriteriaList | None = None,
+                  generation_config: GenerationConfig | None = None, synced_gpus: bool = False,
+                  streamer: BaseStreamer | None = None, *, mode: str | None = None,
                   tau: float | None = None, block_size: int | None = None, metric: str | None = None,
                   kv_cache: str | None = None, cache_block_size: int | None = None,
                   max_accept: int | None = None, seed: int | None = None, mask_token_id: int | None = None,
-                  tau_control: TauControl | None = None, **model_kwargs):
+                  tau_control: TauControl | None = None, **model_kwargs: Any) -> torch.LongTensor | MarsGenerateOutput:
     """The MARS decoding loop. input_ids (B, L), left-padded per `attention_mask` (B, L).
 
     Returns sequences (B, L + new) long, or a `MarsGenerateOutput` when the generation config
@@ -105,7 +115,7 @@ def mars_decoding(model, input_ids: torch.LongTensor, logits_processor=None, sto
     return MarsGenerateOutput(sequences=sequences, accept_counts=counts)
 
 
-def generate(*args, model, **kwargs):
+def generate(*args: Any, model: PreTrainedModel, **kwargs: Any) -> torch.LongTensor | MarsGenerateOutput:
     """Entry point of a Hub folder's `custom_generate/generate.py`: `generate`'s own input
     preparation, then `mars_decoding`. Also what `model.generate` becomes when a folder with this
     file is loaded with `trust_remote_code=True`."""
@@ -114,7 +124,7 @@ def generate(*args, model, **kwargs):
     return GenerationMixin.generate(model, *args, custom_generate=mars_decoding, **kwargs)
 
 
-def _streamer_of_generate():
+def _streamer_of_generate() -> BaseStreamer | None:
     """The `streamer` given to `generate`. transformers 5.24 does not pass it on to a callable
     `custom_generate` (`_extract_generation_mode_kwargs` keeps only the callable's own new keys),
     although `generate` has already `put` the prompt into it; without this the stream is silently lost."""
@@ -125,7 +135,8 @@ def _streamer_of_generate():
     return None
 
 
-def _check_request(model, gc, synced_gpus, logits_processor, stopping_criteria) -> None:
+def _check_request(model: PreTrainedModel, gc: GenerationConfig, synced_gpus: bool,
+                   logits_processor: LogitsProcessorList | None, stopping_criteria: StoppingCriteriaList | None) -> None:
     if synced_gpus:
         raise ValueError("MARS decoding does not support synced_gpus (DeepSpeed ZeRO-3 / FSDP generation)")
     for name, default in UNSUPPORTED.items():
@@ -141,7 +152,8 @@ def _check_request(model, gc, synced_gpus, logits_processor, stopping_criteria) 
         logger.warning_once(f"MARS decoding samples with temperature only; ignored: {', '.join(ignored)}")
 
 
-def _decode_config(model, gc, input_ids, given: dict, seed, control) -> tuple[DecodeConfig, int]:
+def _decode_config(model: PreTrainedModel, gc: GenerationConfig, input_ids: torch.Tensor, given: dict,
+                   seed: int | None, control: TauControl | None) -> tuple[DecodeConfig, int]:
     """DecodeConfig from the call, else the generation config's `mars` defaults; and the mask id."""
     defaults = getattr(gc, "mars", None) or getattr(model.generation_config, "mars", None) or {}
     if not isinstance(defaults, dict):

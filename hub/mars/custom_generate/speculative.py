@@ -17,19 +17,30 @@ token" rule would bias q towards confident tokens and break the guarantee.)
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .acceptance import choose_tokens, passes
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-def vocab_size(model) -> int:
+    from .config import DecodeConfig
+    from .decoding import Rows
+    from .verify_forward import CursorContext, NoCacheContext
+
+
+def vocab_size(model: PreTrainedModel) -> int:
+    """Ids the model's output covers: its LM head's rows (they may exceed the tokenizer's), else the config's."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])
     return int(model.config.vocab_size)
 
 
-def check_draft_model(model, draft_model, tokenizer, cfg, mask_id: int) -> None:
+def check_draft_model(model: PreTrainedModel, draft_model: PreTrainedModel | None,
+                      tokenizer: PreTrainedTokenizerBase, cfg: DecodeConfig, mask_id: int) -> None:
     """Raise a ValueError unless `draft_model` can draft for `model` under `cfg`."""
     if cfg.mode != "spec":
         if draft_model is not None:
@@ -58,7 +69,8 @@ def check_draft_model(model, draft_model, tokenizer, cfg, mask_id: int) -> None:
 
 
 def fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
-    """The draft's logits over the target's V ids: cut, or extended with ids it never proposes."""
+    """The draft's logits (..., Vd) over the target's V ids (..., V): cut, or extended with ids
+    it never proposes (logit -inf)."""
     Vd = logits.shape[-1]
     if Vd > V:
         return logits[..., :V]
@@ -71,7 +83,7 @@ def fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
 class ModelDrafter:
     """K drafts per step from a draft model; `update` rolls back what the target rejected."""
 
-    def __init__(self, context, rows, K: int, vocab: int):
+    def __init__(self, context: NoCacheContext | CursorContext, rows: Rows, K: int, vocab: int):
         self.ctx, self.rows, self.K, self.V = context, rows, K, vocab
         cfg = rows.cfg
         self.B, self.tau, self.temperature = cfg.draft_block_size, cfg.draft_tau, cfg.temperature
@@ -79,7 +91,7 @@ class ModelDrafter:
         self.fed: list[int] = []  # per row: drafts of this step already in the draft's context
 
     @torch.no_grad()
-    def propose(self):
+    def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
         """Returns drafts (host lists of K ids per active row) and q (R, K, V) (None when greedy)."""
         R, K, rows = len(self.pending), self.K, self.rows
         drafts: list[list[int]] = [[] for _ in range(R)]
@@ -120,5 +132,6 @@ class ModelDrafter:
         self.pending = [e[k:] for e, k in zip(emitted, kept)]
 
     def select(self, keep: list[int]) -> None:
+        """Keep only the rows `keep` (indices into the active rows), in that order."""
         self.ctx.select(keep)
         self.pending = [self.pending[i] for i in keep]

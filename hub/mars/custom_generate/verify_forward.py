@@ -31,11 +31,16 @@ draft model proposal) and `select` (drop finished rows).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .decode_cursor import CursorCache
 from .decoding import left_pad, positions
 from .masks import causal_mask
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 GROUPS = ("all", "last", "ends")
@@ -58,7 +63,7 @@ def group_choice(k: list[int], groups: str) -> list[list[int]]:
 class NoCacheContext:
     """Full recompute every forward; each group is a separate causal forward (the reference)."""
 
-    def __init__(self, model, n_rows: int, mask_id: int, pad_id: int, device):
+    def __init__(self, model: PreTrainedModel, n_rows: int, mask_id: int, pad_id: int, device: torch.device | str):
         self.model, self.mask_id, self.pad_id, self.device = model, mask_id, pad_id, device
         self.seq: list[list[int]] = [[] for _ in range(n_rows)]
         self.drafts: list[list[int]] = [[] for _ in range(n_rows)]
@@ -68,7 +73,8 @@ class NoCacheContext:
         return self.model(input_ids=ids, attention_mask=causal_mask(valid, ids.shape[1]),
                           position_ids=positions(valid), logits_to_keep=B).logits  # (R, B, V)
 
-    def forward(self, new: list[list[int]], drafts: list[list[int]], B: int, groups: str = "all"):
+    def forward(self, new: list[list[int]], drafts: list[list[int]], B: int,
+                groups: str = "all") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Append `new` to each row's text. Returns verify (R, K + 1, V): p_1..p_{K+1} with K =
         the longest draft list (rows with fewer drafts repeat their last); masks (R, G, B - 1, V):
         the groups; sel (R, G) long: the accept count each group stands after."""
@@ -91,17 +97,21 @@ class NoCacheContext:
         return verify, torch.stack(masks, dim=1), torch.tensor(sel, device=self.device)
 
     def keep(self, j: list[int]) -> None:
+        """The first j[i] drafts of row i's last forward become committed text."""
         self.seq = [s + d[:n] for s, d, n in zip(self.seq, self.drafts, j)]
 
     def rollback(self, n: list[int]) -> None:
+        """Forget the last n[i] committed tokens of row i."""
         self.seq = [s[: len(s) - k] for s, k in zip(self.seq, n)]
 
     def select(self, keep: list[int]) -> None:
+        """Keep only the rows `keep`, in that order."""
         self.seq = [self.seq[i] for i in keep]
         self.drafts = [self.drafts[i] for i in keep]
 
 
-def window_layout(n: torch.Tensor, k: torch.Tensor, sel: torch.Tensor, B: int, W: int):
+def window_layout(n: torch.Tensor, k: torch.Tensor, sel: torch.Tensor, B: int,
+                  W: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The one-forward window of every row, vectorised over rows.
 
     n, k (R,): new real tokens and drafts per row; sel (R, G): the accept count each group of
@@ -140,13 +150,16 @@ def window_layout(n: torch.Tensor, k: torch.Tensor, sel: torch.Tensor, B: int, W
 class CursorContext:
     """The window of every row in one forward on a `CursorCache` (the fast path)."""
 
-    def __init__(self, model, n_rows: int, capacity: int, mask_id: int, pad_id: int, device):
+    def __init__(self, model: PreTrainedModel, n_rows: int, capacity: int, mask_id: int, pad_id: int,
+                 device: torch.device | str):
         self.model, self.mask_id, self.pad_id, self.device = model, mask_id, pad_id, device
         self.cache = CursorCache(n_rows, capacity)
         self.cursor = [0] * n_rows  # committed tokens per row = next slot = next position id
 
-    def forward(self, new: list[list[int]], drafts: list[list[int]], B: int, groups: str = "all"):
-        """Same contract as `NoCacheContext.forward`, one model call."""
+    def forward(self, new: list[list[int]], drafts: list[list[int]], B: int,
+                groups: str = "all") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Same contract as `NoCacheContext.forward` (verify (R, K + 1, V), masks (R, G, B - 1, V),
+        sel (R, G)), one model call."""
         dev, M = self.device, B - 1
         n_list, k_list = [len(x) for x in new], [len(d) for d in drafts]
         K = max(k_list)
@@ -173,12 +186,15 @@ class CursorContext:
         return logits[:, : K + 1], logits[:, K + 1:].reshape(R, G, M, V), sel
 
     def keep(self, j: list[int]) -> None:
+        """Advance each cursor past its j[i] accepted drafts (their key/values are exact)."""
         self.cursor = [c + a for c, a in zip(self.cursor, j)]
 
     def rollback(self, n: list[int]) -> None:
+        """Move each cursor back n[i] tokens; the slots after it are overwritten later."""
         self.cursor = [c - a for c, a in zip(self.cursor, n)]
 
     def select(self, keep: list[int]) -> None:
+        """Keep only the rows `keep`, in that order."""
         if len(keep) < len(self.cursor):
             self.cache.batch_select_indices(torch.tensor(keep, dtype=torch.long, device=self.device))
             self.cursor = [self.cursor[i] for i in keep]
