@@ -27,7 +27,7 @@ DEFAULT_MARS = "assets/models/tiny-mars-b4"
 
 def run_all(method: Method, model, tok, ids: list[list[int]], batch_size: int, tau: float, args):
     """Every prompt, in chunks of `batch_size`; returns a measurement dict."""
-    counter = CallCounter(model)
+    counter = CallCounter(model, hook=not method.compile)
     try:
         t0 = time.perf_counter()
         tokens, row_forwards = [], 0
@@ -37,7 +37,7 @@ def run_all(method: Method, model, tok, ids: list[list[int]], batch_size: int, t
             row_forwards += rf
         seconds = time.perf_counter() - t0
     finally:
-        counter.handle.remove()
+        counter.remove()
     return {"seconds": seconds, "ids": tokens, "row_forwards": row_forwards, "calls": counter.n}
 
 
@@ -107,14 +107,37 @@ def _attempt(m: Method, fn):
         return None
 
 
+class _GraphCount:
+    """Adds to `method.state[key]` the graphs torch.compile built while the block ran (all
+    methods' compiles go through one process-wide counter; methods run one at a time)."""
+
+    def __init__(self, method: Method, key: str):
+        self.method, self.key = method, key
+
+    @staticmethod
+    def graphs() -> int:
+        from torch._dynamo.utils import counters
+
+        return counters["stats"]["unique_graphs"]
+
+    def __enter__(self):
+        self.before = self.graphs()
+
+    def __exit__(self, *exc):
+        self.method.state[self.key] = self.method.state.get(self.key, 0) + self.graphs() - self.before
+
+
 def _measure_batch(runs, models, ids, bs: int, args) -> dict:
     """Warm-up, then `args.repeats` interleaved repetitions; {(name, tau): [run_all dicts]}."""
     # warm-up: the first chunk of every run; for compile every chunk, so that every shape
     # it will be timed on is compiled before the clock runs
+    for m, _ in runs:
+        m.state.pop("graphs_warmup", None), m.state.pop("graphs_timed", None)
     for m, tau in runs:
         model, tok = models[m.model]
         warm = ids[m.model] if m.warm_every_chunk else ids[m.model][:bs]
-        _attempt(m, lambda: run_all(m, model, tok, warm, bs, tau or 0.0, args))
+        with _GraphCount(m, "graphs_warmup"):
+            _attempt(m, lambda: run_all(m, model, tok, warm, bs, tau or 0.0, args))
     measured = {(m.name, tau): [] for m, tau in runs}
     for rep in range(args.repeats):
         print(f"[bench] batch {bs}: repetition {rep + 1}/{args.repeats} of {len(runs)} runs",
@@ -124,7 +147,8 @@ def _measure_batch(runs, models, ids, bs: int, args) -> dict:
             if "error" in m.state:
                 continue
             model, tok = models[m.model]
-            got = _attempt(m, lambda: run_all(m, model, tok, ids[m.model], bs, tau or 0.0, args))
+            with _GraphCount(m, "graphs_timed"):
+                got = _attempt(m, lambda: run_all(m, model, tok, ids[m.model], bs, tau or 0.0, args))
             if got is not None:
                 measured[(m.name, tau)].append(got)
     return measured
@@ -146,6 +170,7 @@ def _row(m: Method, tau, bs: int, reps: list[dict], tok, items: list[dict]) -> d
         tokens_per_forward=tokens / first["row_forwards"] if first["row_forwards"] else 0.0,
         model_calls=first["calls"], accuracy=(sum(scored) / len(scored)) if scored else None,
         deterministic=all(r["ids"] == first["ids"] for r in reps), _ids=first["ids"],
+        graphs_warmup=m.state.get("graphs_warmup", 0), graphs_timed=m.state.get("graphs_timed", 0),
         _text0=texts[0] if texts else "", _baseline=m.baseline, _reference=m.reference, _exact=m.exact)
 
 

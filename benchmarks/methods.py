@@ -35,6 +35,7 @@ class Method:
     uses_tau: bool = False  # one row per --taus value
     optional: bool = False  # an HF feature that may not work everywhere: a failure is reported, not fatal
     warm_every_chunk: bool = False  # warm up on every chunk (compile: every shape before the clock runs)
+    compile: bool = False  # our static-shape cursor path under torch.compile (`DecodeConfig.compile`)
     baseline: bool = False  # an AR-with-KV-cache row: speed-up is over the fastest of these
     reference: bool = False  # the token reference of its model (per tau for MARS)
     exact: bool = False  # output must equal its model's AR reference at any tau (lossless, spec)
@@ -124,14 +125,26 @@ def method_list(names: list[str], cache_block_sizes: tuple[int, ...]) -> list[Me
 
 
 class CallCounter:
-    """Counts the model's forward calls (prefill included) with a forward pre-hook."""
+    """Counts the model's forward calls (prefill included) with a forward pre-hook.
 
-    def __init__(self, model):
+    With `hook=False` the runner counts for it (`add`): a hook inside a compiled graph would be
+    traced into it, and a new counter per run would make dynamo recompile every run.
+    """
+
+    def __init__(self, model, hook: bool = True):
         self.n = 0
-        self.handle = model.register_forward_pre_hook(self._hook)
+        self.handle = model.register_forward_pre_hook(self._hook) if hook else None
 
     def _hook(self, *_):
         self.n += 1
+
+    def add(self, calls: int) -> None:
+        if self.handle is None:
+            self.n += calls
+
+    def remove(self) -> None:
+        if self.handle is not None:
+            self.handle.remove()
 
 
 def _cut(ids: list[int], stop: set[int]) -> tuple[list[int], bool]:
@@ -189,10 +202,11 @@ def run_ours(method: Method, model, tok, ids, tau, args, counter):
     mode = "ar" if method.model == "ar" else "mars"
     cfg = DecodeConfig(mode=mode, tau=tau if mode == "mars" else 1.0, block_size=args.block_size,
                        cache=method.cache, cache_block_size=method.cache_block_size or 16,
-                       metric=args.metric, max_new_tokens=args.max_new_tokens)
+                       metric=args.metric, max_new_tokens=args.max_new_tokens, compile=method.compile)
     rows, steps = decode_steps(model, tok, ids, cfg)
     for _ in steps:
         pass
+    counter.add(rows.stats.forwards + rows.stats.prefill_forwards)
     return rows.out, rows.stats.row_forwards
 
 
@@ -229,9 +243,12 @@ register(Method("ar-cursor", "ar", run_ours, "cursor", baseline=True,
 register(Method("hf-prompt-lookup", "ar", run_hf_lookup, optional=True, note=_lookup_note,
                 help="`model.generate(prompt_lookup_num_tokens=K)`; HF runs it at batch 1 only,\n"
                      "so a batch is decoded one prompt after the other"))
-register(Method("ar-static-compile", "ar", run_hf_compile, optional=True, warm_every_chunk=True,
+register(Method("ar-static-compile", "ar", run_hf_compile, optional=True, warm_every_chunk=True, baseline=True,
                 help='`model.generate(cache_implementation="static")` + `torch.compile`;\n'
                      'reported as "not available" (with the reason) where it fails'))
+register(Method("ar-compiled", "ar", run_ours, "cursor", warm_every_chunk=True, compile=True, baseline=True,
+                help='our AR decoder on the static-shape cursor cache under `torch.compile`\n'
+                     '(`compile=True`; CUDA graphs on a GPU)'))
 register(Method("mars-nocache", "mars", run_ours, "none", uses_tau=True, reference=True,
                 help="MARS, no KV cache (full recompute each step)"))
 register(Method("mars-sliding", "mars", run_ours, "sliding", uses_tau=True,
@@ -242,3 +259,5 @@ register_family("mars-block", _expand_mars_block, ("mars-block", "mars-block-<N>
                     "value (mars-block-<N>: cache block size N)")
 register(Method("mars-cursor", "mars", run_ours, "cursor", uses_tau=True,
                 help="MARS, the cursor KV cache (no block synchronisation)"))
+register(Method("mars-compiled", "mars", run_ours, "cursor", uses_tau=True, warm_every_chunk=True, compile=True,
+                help="MARS on the static-shape cursor cache under `torch.compile` (`compile=True`)"))

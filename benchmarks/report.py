@@ -25,7 +25,15 @@ def table(result: dict) -> str:
             f"MARS block size {result['settings']['block_size']}, {result['settings']['repeats']} interleaved "
             f"repetitions (median), torch {env['torch']}, transformers {env['transformers']}, "
             f"{env['threads']} torch threads, device {env['device']}, {env.get('dtype', 'float32')}.")
-    return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in result["notes"]) + "\n"
+    notes = list(result["notes"])
+    graphs = [f"{r['method']}{'' if r['tau'] is None else ' tau ' + format(r['tau'], 'g')} at batch {r['batch_size']}: "
+              f"{r['graphs_warmup']} in warm-up, {r['graphs_timed']} while timed"
+              for r in result["runs"] if r["status"] == "ok" and (r.get("graphs_warmup") or r.get("graphs_timed"))]
+    if graphs:
+        notes.append("Graphs torch.compile built per row (a batch size reuses the graphs an earlier row built for "
+                     "the batch sizes it shrinks to; a MARS row shares the graphs of its tau with the other taus): "
+                     + "; ".join(graphs) + ".")
+    return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
 def figure(result: dict):

@@ -144,3 +144,24 @@ def test_profiling_bad_method_is_a_clear_error(models, capsys):
     with pytest.raises(SystemExit) as e:
         profiling.main(["--method", "nope", "--ar-model", models["ar"], "--mars-model", models["mars"]])
     assert e.value.code == 2 and "unknown method" in capsys.readouterr().err
+
+
+def test_compiled_rows_count_calls_without_hooks_and_match_eager(models, tmp_path, monkeypatch):
+    """ar-compiled / mars-compiled run the static-shape path (its step run uncompiled here: a real
+    compile costs tens of seconds per graph on this CPU; test_compiled.py compiles once). A forward
+    hook inside a compiled graph would recompile every run, so the runner counts the calls: they
+    must be the eager cursor rows' counts, and the tokens the references'."""
+    from mars_core import decode_compiled as dc
+
+    monkeypatch.setattr(dc, "compiled_step", lambda mode: dc.static_step)
+    names = "hf-generate,ar-cursor,ar-compiled,mars-nocache,mars-cursor,mars-compiled"
+    assert bench.main(args(models, tmp_path, "--methods", names)) == 0
+    runs = {(r["method"], r["batch_size"]): r for r in json.loads((tmp_path / "bench.json").read_text())["runs"]}
+    for b in (1, 2):
+        for compiled, eager in (("ar-compiled", "ar-cursor"), ("mars-compiled", "mars-cursor")):
+            c, e = runs[(compiled, b)], runs[(eager, b)]
+            assert c["status"] == "ok" and c["same_as_ref"] == 1.0
+            assert c["model_calls"] == e["model_calls"] > 0 and c["tokens"] == e["tokens"]
+            assert c["graphs_timed"] == 0
+        assert runs[("ar-compiled", b)]["baseline"] in methods.ar_baselines()
+    assert {"ar-static-compile", "ar-compiled"} <= set(methods.ar_baselines())
