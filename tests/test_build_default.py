@@ -12,11 +12,15 @@ from training.train_config import TrainConfig
 def test_smoke_build_then_resume_is_a_no_op(tmp_path, capsys):
     out = tmp_path / "build"
     assert main(["--smoke", "--output", str(out), "--threads", "2", "--install", str(tmp_path / "assets")]) == 0
-    for name in ("tiny-ar-sft", "tiny-mars-b4"):
+    for name in ("tiny-ar-sft", "tiny-mars-b4", "tiny-draft"):
         model, tok = load_model(str(tmp_path / "assets" / name), device="cpu")
         assert generate(model, tok, ["What is 12 + 30?"], DecodeConfig(max_new_tokens=4)).stats.tokens > 0
         assert "## Results" in (out / name / "README.md").read_text()
         assert not os.path.exists(tmp_path / "assets" / name / "checkpoints")
+    draft = json.loads((out / "tiny-draft" / "eval.json").read_text())
+    runs = {r["run"]: r for r in draft["runs"]}
+    assert runs["spec, this draft"]["draft_acceptance"] is not None and runs["spec, this draft"]["draft_forwards"] > 0
+    assert "spec, the same-size AR model as draft" in (out / "tiny-draft" / "README.md").read_text()
     result = json.loads((out / "eval" / "eval.json").read_text())
     assert {r["mode"] for r in result["runs"]} == {"ar", "mars"}
     assert json.loads((out / "eval" / "ablations.json").read_text())["runs"]
@@ -30,7 +34,7 @@ def test_smoke_build_then_resume_is_a_no_op(tmp_path, capsys):
     capsys.readouterr()
     assert main(["--smoke", "--output", str(out)]) == 0
     log = capsys.readouterr().out
-    assert "[train]" not in log and "[tokenizer]" not in log and log.count("[skip]") == 3
+    assert "[train]" not in log and "[tokenizer]" not in log and log.count("[skip]") == 4
     assert sorted(p for p in out.rglob("*") if p.is_file()) == kept
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept} == before
     # A finished stage of another recipe is refused, not silently reused.

@@ -5,8 +5,9 @@ after an interruption resumes where it stopped (inside a training stage, from it
     python -m training.build_default --output runs/default            # the full recipe (CPU, ~2 h)
     python -m training.build_default --smoke --output /tmp/smoke       # the same chain in minutes
 
-Outputs in OUTPUT: tokenizer/, tiny-ar-sft/, tiny-mars-b4/ (standard HF folders with a model
-card each), ablations/, eval/ (eval.json, frontier.html, ablations.json).
+Outputs in OUTPUT: tokenizer/, tiny-ar-sft/, tiny-mars-b4/, tiny-draft/ (the small draft model
+for speculative decoding; standard HF folders with a model card each), ablations/, eval/
+(eval.json, frontier.html, ablations.json).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import torch
 from mars_core import DecodeConfig
 from tasks.synthetic import make_examples
 from training.checkpoint import changed_options, write_json, write_text
-from training.evaluate import evaluate, summary_table, write_frontier
+from training.evaluate import evaluate, evaluate_draft, summary_table, write_frontier
 from training.tokenizer import build_tokenizer, corpus_from_examples
 from training.train import train
 from training.train_config import TrainConfig
@@ -49,6 +50,9 @@ class Recipe:
     block_size: int
     ablation_block_sizes: tuple[int, ...]
     ablation_steps: int  # MARS steps of each "w/o SFT loss" run (same lr and data as the main run)
+    draft_config: str  # preset of the small draft model (AR SFT, the AR stage's data and lr)
+    draft_steps: int
+    draft_tokens: int  # K of the draft's evaluation with the MARS target (mode="spec")
     eval_n: int
     eval_taus: tuple[float, ...]
     max_new_tokens: int
@@ -61,14 +65,16 @@ class Recipe:
         # lr and heavy ar_weight, 600-step ablations) and the runs behind it: docs/experiments.md.
         return Recipe(vocab_size=512, tokenizer_examples=20000, model_config="tiny", train_examples=150000,
                       max_length=320, batch_size=32, ar_steps=5000, ar_lr=1e-3, mars_steps=1500, mars_lr=5e-4,
-                      ar_weight=8.0, block_size=4, ablation_block_sizes=(4, 8), ablation_steps=600, eval_n=500,
+                      ar_weight=8.0, block_size=4, ablation_block_sizes=(4, 8), ablation_steps=600,
+                      draft_config="draft", draft_steps=2000, draft_tokens=4, eval_n=500,
                       eval_taus=(1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5), max_new_tokens=256, save_every=200)
 
     @staticmethod
     def smoke() -> "Recipe":
         return Recipe(vocab_size=300, tokenizer_examples=500, model_config="micro", train_examples=600,
                       max_length=320, batch_size=8, ar_steps=12, ar_lr=3e-3, mars_steps=8, mars_lr=1e-3,
-                      ar_weight=1.0, block_size=4, ablation_block_sizes=(4,), ablation_steps=6, eval_n=12,
+                      ar_weight=1.0, block_size=4, ablation_block_sizes=(4,), ablation_steps=6,
+                      draft_config="micro", draft_steps=6, draft_tokens=4, eval_n=12,
                       eval_taus=(1.0, 0.9, 0.5), max_new_tokens=48, save_every=5)
 
 
@@ -149,7 +155,20 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log: Callable
         lambda: evaluate(models, recipe.eval_n, recipe.seed, recipe.eval_taus, (recipe.block_size,), base))
     if eval_json in built or not os.path.isfile(os.path.join(eval_dir, "frontier.html")):
         write_frontier(result, eval_dir)  # drawn from eval.json: redrawn only when that changed
-    from training.model_card import write_cards
+    from training.model_card import write_cards, write_draft_card
+
+    # The small draft model for speculative decoding (mode="spec"), before the ablations: it is
+    # shipped, they are not.
+    draft_dir = os.path.join(output, "tiny-draft")
+    draft_summary = train_stage(TrainConfig(stage="ar", output=draft_dir, tokenizer=tok_dir,
+                                                 model_config=recipe.draft_config, max_steps=recipe.draft_steps,
+                                                 lr=recipe.ar_lr, **common))
+    log("[eval] draft model: AR, and drafting for the MARS model")
+    draft_result = evaluation(
+        os.path.join(draft_dir, "eval.json"), {"draft": draft_dir, "same-size draft": ar_dir, "target": mars_dir},
+        {**settings, "K": recipe.draft_tokens},
+        lambda: evaluate_draft(draft_dir, ar_dir, mars_dir, recipe, base))
+    write_draft_card(draft_dir, recipe, draft_summary, draft_result)
 
     ablations = {B: f"ablations/mars-b{B}-no-sft" for B in recipe.ablation_block_sizes}
     if not all(complete(os.path.join(output, name)) for name in ablations.values()):
@@ -167,7 +186,7 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log: Callable
             lambda: evaluate({label: path}, recipe.eval_n, recipe.seed, (1.0, 0.95), (B,), base))
         ablation_runs += r["runs"]
     write_json(os.path.join(eval_dir, "ablations.json"), {"runs": ablation_runs})
-    record = {"recipe": recipe.__dict__, "summaries": summaries, "build_seconds": time.perf_counter() - t0,
+    record = {"recipe": recipe.__dict__, "summaries": {**summaries, "tiny-draft": draft_summary}, "build_seconds": time.perf_counter() - t0,
               "torch_threads": torch.get_num_threads()}
     # build.json times the invocation that built something; a no-op re-run keeps that record.
     if built or not os.path.isfile(os.path.join(output, "build.json")):
@@ -221,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if a.install:
-        for name in ("tiny-ar-sft", f"tiny-mars-b{recipe.block_size}"):
+        for name in ("tiny-ar-sft", f"tiny-mars-b{recipe.block_size}", "tiny-draft"):
             install(os.path.join(a.output, name), os.path.join(a.install, name))
     return 0
 

@@ -33,18 +33,22 @@ DEFAULT_TAUS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
 def run_one(model: PreTrainedModel, tok: PreTrainedTokenizerBase, examples: list[dict], cfg: DecodeConfig,
-            batch_size: int) -> dict:
-    """Decode every example's question; return accuracy (overall, per family) and speed."""
+            batch_size: int, draft_model: PreTrainedModel | None = None) -> dict:
+    """Decode every example's question; return accuracy (overall, per family) and speed.
+    `draft_model`: the draft of mode="spec" (then draft acceptance and draft forwards too)."""
     prompts = [ex["messages"][0]["content"] for ex in examples]
     texts, ids, tokens, row_forwards, forwards, seconds = [], [], 0, 0, 0, 0.0
+    drafted = accepted = draft_forwards = 0
     for i in range(0, len(prompts), batch_size):
-        res = generate(model, tok, prompts[i:i + batch_size], cfg)
+        res = generate(model, tok, prompts[i:i + batch_size], cfg, draft_model=draft_model)
         texts += res.texts
         ids += res.token_ids
         tokens += res.stats.tokens
         row_forwards += res.stats.row_forwards
         forwards += res.stats.forwards
         seconds += res.stats.seconds
+        drafted, accepted = drafted + res.stats.drafted, accepted + res.stats.accepted_drafts
+        draft_forwards += res.stats.draft_forwards
     correct = [score(t, ex["answer"]) for t, ex in zip(texts, examples)]
     by_family = defaultdict(list)
     for ok, ex in zip(correct, examples):
@@ -57,6 +61,7 @@ def run_one(model: PreTrainedModel, tok: PreTrainedTokenizerBase, examples: list
         "tokens": tokens, "forwards": forwards, "row_forwards": row_forwards,
         "tokens_per_forward": tokens / max(row_forwards, 1),
         "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
+        "draft_acceptance": accepted / drafted if drafted else None, "draft_forwards": draft_forwards,
         "_ids": ids, "_texts": texts,
     }
 
@@ -106,6 +111,29 @@ def evaluate(models: dict[str, str], n: int = 500, seed: int = 0, taus: Sequence
                                     "question": ex["messages"][0]["content"], "output": t}
                                    for ex, t in zip(examples[:samples], r["_texts"][:samples])]
             out["runs"].append({k: v for k, v in r.items() if not k.startswith("_")})
+    return out
+
+
+def evaluate_draft(draft: str, same_size: str, target: str, recipe, base: DecodeConfig, batch_size: int = 32) -> dict:
+    """A small draft model on its own (AR) and drafting `recipe.draft_tokens` tokens for the MARS
+    `target` (mode="spec", exact: tau 1 and block 1), against the same-size AR model as the draft,
+    then the paper's section 4.6 (the target's block at tau 0.95 after the accepted drafts)."""
+    examples = make_examples(recipe.eval_n, recipe.seed, "eval")
+    d_model, tok = load_model(draft)
+    s_model, _ = load_model(same_size)
+    t_model, _ = load_model(target)
+    out = {"n": recipe.eval_n, "seed": recipe.seed, "batch_size": batch_size, "draft_tokens": recipe.draft_tokens,
+           "num_parameters": sum(p.numel() for p in d_model.parameters()), "runs": []}
+    spec = replace(base, mode="spec", cache="cursor", draft_tokens=recipe.draft_tokens, block_size=1, tau=1.0)
+    plans = [("draft", "ar (the draft alone)", d_model, replace(base, mode="ar"), None),
+             ("target", "ar (the target alone)", t_model, replace(base, mode="ar"), None),
+             ("target", "spec, this draft", t_model, spec, d_model),
+             ("target", "spec, the same-size AR model as draft", t_model, spec, s_model),
+             ("target", "spec + MARS block tau 0.95, this draft", t_model,
+              replace(spec, block_size=recipe.block_size, tau=0.95), d_model)]
+    for model_label, label, model, cfg, dm in plans:
+        r = run_one(model, tok, examples, cfg, batch_size, draft_model=dm)
+        out["runs"].append(dict({k: v for k, v in r.items() if not k.startswith("_")}, model=model_label, run=label))
     return out
 
 

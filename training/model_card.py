@@ -121,3 +121,46 @@ def write_cards(output: str, recipe: Recipe, summaries: dict, result: dict, abla
             src, dst = os.path.join(eval_dir, extra), os.path.join(folder, extra)
             if os.path.isfile(src) and not (os.path.isfile(dst) and filecmp.cmp(src, dst, shallow=False)):
                 shutil.copy2(src, dst)
+
+
+def draft_card(recipe: Recipe, summary: dict, result: dict) -> str:
+    """The card of the small draft model: what it is for and what it measured, drafting for the
+    MARS model against the same-size AR model as the draft."""
+    r = recipe
+    lines = ["| run | accuracy | tokens per target forward | draft acceptance | draft forwards per target forward |",
+             "|---|---:|---:|---:|---:|"]
+    for x in result["runs"]:
+        acc = "-" if x["draft_acceptance"] is None else f"{100 * x['draft_acceptance']:.1f}%"
+        dpf = "-" if not x["draft_forwards"] else f"{x['draft_forwards'] / max(x['forwards'], 1):.2f}"
+        lines.append(f"| {x['run']} | {100 * x['accuracy']:.1f}% | {x['tokens_per_forward']:.2f} | {acc} | {dpf} |")
+    return f"""---
+license: apache-2.0
+library_name: transformers
+pipeline_tag: text-generation
+tags: [mars, speculative-decoding, draft-model, qwen2, synthetic]
+---
+
+# tiny-draft: a small draft model for speculative decoding
+
+A {result['num_parameters']:,}-parameter stock Qwen2 (preset `{r.draft_config}`) trained with plain AR SFT on the
+same synthetic tasks and tokenizer as tiny-ar-sft and tiny-mars-b4, to propose tokens that a
+target verifies (`DecodeConfig(mode="spec", draft_tokens=K)`, `generate(..., draft_model=...)`).
+On a CPU a forward of this model costs about a third of one of the 3.3M-parameter models (per-layer
+overhead dominates), so it drafts more cheaply than the same-size AR model, at a lower acceptance.
+
+Built by `python -m training.build_default` (stage `tiny-draft`): {r.draft_steps} steps, batch {r.batch_size},
+AdamW lr {r.ar_lr}, cosine with 3% warm-up, the AR stage's data ({r.train_examples:,} examples, seed {r.seed});
+{summary['seconds'] / 60:.1f} min, {summary['tokens_per_s']:.0f} training tokens/s.
+
+## Results ({result['n']} held-out problems, greedy, batch {result['batch_size']}, K = {result['draft_tokens']})
+
+The target is tiny-mars-b4. "spec" is exact: its output is the target's own AR output. Tokens per
+target forward count the target's forwards only; the draft's are extra work (last column). Speed
+depends on the hardware: `python -m benchmarks.bench --draft-model assets/models/tiny-draft`.
+
+{chr(10).join(lines)}
+"""
+
+
+def write_draft_card(folder: str, recipe: Recipe, summary: dict, result: dict) -> None:
+    write_text(os.path.join(folder, "README.md"), draft_card(recipe, summary, result))
