@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import fields
+from . import fields, plots
 from .core import Core
 from .errors import guard
 from .session import Session
@@ -83,17 +83,23 @@ def add_tab(ui: UI) -> UnderLoadTab:
     with gr.Tab("Under load", id="under-load"):
         gr.Markdown(CLAIM)
         with gr.Row():
-            pattern = fields.Radio(list(PATTERNS), value="bursty", label="arrivals")
-            policy = fields.Dropdown(list(POLICIES), value="adaptive", label="tau policy")
-            compare = gr.Checkbox(value=True, label="compare with fixed 1.0 and 0.7")
+            pattern = fields.Radio(list(PATTERNS), value="bursty", label="arrivals", elem_id="load-pattern")
+            policy = fields.Dropdown(list(POLICIES), value="adaptive", label="tau policy", elem_id="load-policy")
+            compare = gr.Checkbox(value=True, label="compare with fixed 1.0 and 0.7", elem_id="load-compare")
         with gr.Row():
-            rate = fields.Slider(0.5, MAX_RATE, value=20, step=0.5, label="rate (requests/s, the burst's)")
-            duration = fields.Slider(3, MAX_DURATION, value=12, step=1, label="duration (s of arrivals)")
-            target = fields.Number(value=1.0, label="p95 latency target (s)")
-            slots = fields.Slider(1, MAX_SLOTS, value=4, step=1, label="batch slots")
+            rate = fields.Slider(0.5, MAX_RATE, value=20, step=0.5, label="rate (requests/s, the burst's)",
+                                 elem_id="load-rate")
+            duration = fields.Slider(3, MAX_DURATION, value=12, step=1, label="duration (s of arrivals)",
+                                     elem_id="load-duration")
+            target = fields.Number(value=1.0, label="p95 latency target (s)", elem_id="load-target")
+            slots = fields.Slider(1, MAX_SLOTS, value=4, step=1, label="batch slots", elem_id="load-slots")
         btn = gr.Button("Run simulation", variant="primary", elem_id="load-run")
-        timeline = gr.Plot(label="latency, queue and tau over time", elem_id="load-timeline")
-        front = gr.Plot(label="latency-quality front", elem_id="load-front")
+        # a figure from the start: Gradio's empty-plot box carries an aria-label that axe flags
+        timeline = gr.Plot(plots.message_figure("Run a simulation: each request's latency,<br>the queue and tau "
+                                                "over time appear here.", height=240),
+                           label="latency, queue and tau over time", elem_id="load-timeline")
+        front = gr.Plot(plots.message_figure("The latency-quality front<br>of each policy appears here.", height=200),
+                        label="latency-quality front", elem_id="load-front")
         note = gr.Markdown(elem_id="load-note", label="summary")
     btn.click(guard(ui.gpu(tab.run)), [pattern, rate, duration, policy, compare, target, slots, ui.session],
               [timeline, front, note], api_name="under_load", **ui.decode_limit)

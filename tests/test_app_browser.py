@@ -3,13 +3,15 @@
 
 What a first-time visitor meets: the scope text; an example in slow motion (>= 2 s) with the live
 tau slider moved mid-run; the step-through replay; a queue position for a second page while the
-first runs, and Stop cancelling the queued job; the first output token in view on the phone;
-markup typed into every text field staying text; WCAG 2 A/AA as axe-core (vendored) checks it.
+first runs (with Gradio's estimate), and Stop cancelling the queued job; the first output token in
+view on the phone; markup typed into every text field staying text; a minimal Under load run with
+its figures and summary; WCAG 2 A/AA as axe-core (vendored) checks it, on every tab.
 Screenshots go to test-artifacts/.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 
@@ -26,6 +28,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 DESKTOP = dict(viewport={"width": 1400, "height": 1000})
 PHONE = dict(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, device_scale_factor=2)
 XSS = '<img src=x onerror="window.__xss=1">'
+XSS_AR = '<img src=y onerror="window.__xss=2">'
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM),
@@ -63,6 +66,15 @@ def one_slot_url(pair):
 
 
 @pytest.fixture(scope="module")
+def short_url(pair):
+    """An app whose answers stop at 16 tokens (the random fixture model never ends one): an Under
+    load run of a few requests then takes seconds."""
+    address, demo = serve(pair, max_new_tokens_cap=16)
+    yield address
+    demo.close()
+
+
+@pytest.fixture(scope="module")
 def browser():
     os.makedirs(ARTIFACTS, exist_ok=True)
     with sync_api.sync_playwright() as p:
@@ -76,6 +88,15 @@ def open_page(browser, url, device=DESKTOP):
     page.goto(url)
     page.wait_for_selector("#generate", timeout=30_000)
     return page
+
+
+def open_tab(page, name: str) -> None:
+    """Click a tab; on a narrow screen Gradio moves the tabs that do not fit under "More tabs"."""
+    tab = page.get_by_role("tab", name=name)
+    if not tab.count():
+        page.get_by_role("button", name="More tabs").click()
+        tab = page.locator(".overflow-dropdown button", has_text=name)
+    tab.click()
 
 
 def set_slider(page, elem_id: str, value) -> None:
@@ -170,6 +191,11 @@ def test_slow_motion_live_tau_and_replay(browser, url):
 
 def test_queue_position_for_a_second_page_and_stop_cancels_it(browser, one_slot_url):
     first, second = open_page(browser, one_slot_url), open_page(browser, one_slot_url)
+    # Gradio estimates a wait from the jobs of that endpoint that finished: one short run first
+    example(first)
+    settings(first, slow=0, max_new=8)
+    first.locator("#generate").click()
+    wait_finished(first)
     for page in (first, second):
         example(page)
         settings(page, tau=1, slow=100, max_new=60)
@@ -177,7 +203,9 @@ def test_queue_position_for_a_second_page_and_stop_cancels_it(browser, one_slot_
     first.wait_for_selector("#mars-panel span.tok", timeout=60_000)
     second.locator("#generate").click()
     second.wait_for_function("document.querySelector('#run-status').innerText.includes('queue')", timeout=30_000)
-    assert "queue: 1/1" in second.locator("#run-status").inner_text()  # position (and Gradio's estimate)
+    shown = second.locator("#run-status").inner_text()
+    # the position, then Gradio's elapsed/estimated seconds, e.g. "queue: 1/1 | 0.4/5.7s"
+    assert re.search(r"queue: 1/1\s*\|\s*\d+(\.\d+)?/\d+(\.\d+)?s", shown), shown
     second.screenshot(path=os.path.join(ARTIFACTS, "queued.png"))
     assert second.locator("#stop").is_enabled()
     second.locator("#stop").click()
@@ -250,8 +278,18 @@ def test_markup_in_every_text_field_stays_text(browser, url):
     page.locator("#load-models").click()
     page.wait_for_function("[...document.querySelectorAll('.toast-body, [data-testid=toast-body]')]"
                            ".some(t => t.innerText.includes('unknown model'))", timeout=90_000)
+    # the AR dropdown takes a custom value too: a listed MARS model, markup as the AR baseline
+    page.locator("#mars-source input").fill("fixture-mars")
+    page.locator("#mars-source input").press("Enter")
+    page.locator("#ar-source input").fill(XSS_AR)
+    page.locator("#ar-source input").press("Enter")
+    assert page.locator("#ar-source input").input_value() == XSS_AR
+    page.locator("#load-models").click()
+    page.wait_for_function("[...document.querySelectorAll('.toast-body, [data-testid=toast-body]')]"
+                           ".some(t => t.innerText.includes('unknown model') && t.innerText.includes('<img src=y'))",
+                           timeout=90_000)  # the AR name was read, refused, and shown as text
     assert page.evaluate("window.__xss") is None
-    assert page.locator("img[src='x']").count() == 0
+    assert page.locator("img[src='x']").count() == 0 and page.locator("img[src='y']").count() == 0
     page.screenshot(path=os.path.join(ARTIFACTS, "markup-as-text.png"), full_page=True)
     page.context.close()
 
@@ -285,4 +323,58 @@ def test_other_tabs(browser, url):
     page.get_by_role("tab", name="How it works").click()
     page.wait_for_selector("#mask-plot .js-plotly-plot", timeout=30_000)
     page.screenshot(path=os.path.join(ARTIFACTS, "how-it-works.png"), full_page=True)
+    page.context.close()
+
+
+@pytest.mark.parametrize("device", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_wcag_aa_on_the_frontier_models_and_how_tabs(browser, url, device):
+    page = open_page(browser, url, device)
+    for tab, ready in (("Frontier", "#frontier-plot .js-plotly-plot"), ("Models", "#load-models"),
+                       ("How it works", "#mask-plot .js-plotly-plot")):
+        open_tab(page, tab)
+        page.wait_for_selector(ready, timeout=30_000)
+        page.wait_for_timeout(300)
+        assert axe_violations(page) == [], tab
+    page.locator("#window-show").click()  # the sliding-window plot of (no) last generation
+    page.wait_for_selector("#window-plot .js-plotly-plot", timeout=30_000)
+    assert axe_violations(page) == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("device", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_under_load_tab_runs_a_short_simulation(browser, short_url, device):
+    page = open_page(browser, short_url, device)
+    open_tab(page, "Under load")
+    page.wait_for_selector("#load-run", timeout=30_000)
+    for plot in ("#load-timeline", "#load-front"):  # the placeholder figures draw once plotly has loaded
+        try:
+            page.wait_for_selector(f"{plot} .js-plotly-plot", timeout=15_000)
+        except sync_api.TimeoutError:
+            pass  # no figure at all: axe says what that leaves on the page
+    assert axe_violations(page) == []  # before a run: the placeholders, the controls
+    # the smallest run the tab allows: steady arrivals at 0.5/s for 3 s, one slot, one policy
+    page.locator("#load-pattern").get_by_label("steady").check()
+    page.locator("#load-compare").get_by_label("compare with fixed 1.0 and 0.7").uncheck()
+    for elem, value in (("load-rate", 0.5), ("load-duration", 3), ("load-slots", 1)):
+        set_slider(page, elem, value)
+    t0 = time.perf_counter()
+    page.locator("#load-run").click()
+    page.wait_for_function("document.querySelector('#load-note').innerText.includes('What this run shows')",
+                           timeout=90_000)
+    print(f"under load: a minimal run took {time.perf_counter() - t0:.1f} s")  # reported, not asserted
+    note = page.locator("#load-note").inner_text()
+    assert "adaptive" in note and "fixed 1" not in note and "fixed 0.7" not in note  # one policy, as chosen
+    assert re.search(r"adaptive\*?\*? (meets|misses) the target: p95 latency \d", note.replace("*", "")), note
+    assert page.locator("#load-note table tr").count() == 2  # header + one policy, rendered as a table
+    assert "|---" not in note
+    page.wait_for_selector("#load-front .js-plotly-plot .scatterlayer .trace", timeout=30_000)
+    assert page.locator("#load-timeline .js-plotly-plot .scatterlayer .trace").count() == 3  # latency, queue, tau
+    assert "adaptive" in page.locator("#load-front .scatterlayer .trace text").first.text_content()  # the point's label
+    width = DESKTOP["viewport"]["width"] if device is DESKTOP else PHONE["viewport"]["width"]
+    for plot in ("#load-timeline", "#load-front"):
+        assert page.locator(f"{plot} .js-plotly-plot").bounding_box()["width"] <= width  # no sideways overflow
+    page.wait_for_timeout(300)
+    assert axe_violations(page) == []  # the figures and the summary
+    name = "desktop" if device is DESKTOP else "phone"
+    page.screenshot(path=os.path.join(ARTIFACTS, f"under-load-{name}.png"), full_page=True)
     page.context.close()
