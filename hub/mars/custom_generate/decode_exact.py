@@ -16,11 +16,13 @@ the target's own block after d_j (its AR token, then its B - 1 mask predictions,
 right by tau) is emitted instead of the single bonus token. At tau = 1 (or B = 1) it is standard
 speculative decoding and exact; the tau-accepted tokens are not covered by the guarantee.
 
-The mask groups (`verify_forward`): the forward carries one group of B - 1 masks per possible
-accept count, group g standing right after d_g. New drafts (lossless) or extra tokens (spec) are
-then valid whatever j turns out to be. Measured alternatives (docs/lossless.md): a single group
-after d_k (drafts only when every draft was accepted) and groups for j = 0 and j = k only; on
-the bundled model they lose more tokens per forward than the narrower forward saves.
+The mask groups (`verify_forward`, `DecodeConfig.draft_groups`): a group of B - 1 masks stands
+right after some d_g and sees only the prefix and d_1..d_g, so after j accepted drafts the group
+after d_j holds exactly what a plain MARS forward of prefix + d_1..d_j would predict. "all"
+carries one group per possible j (new drafts or extra tokens whatever j is); "last", the
+default, only the group after d_k (a step that rejects a draft leaves the next step without
+drafts); "ends" the groups after d_0 and d_k. The bundled model's drafts are nearly always
+accepted, so the narrower forward wins: docs/lossless.md has the measurements.
 
 Randomness per sequence and step, in this order, from the row's own stream (`RowRandom`): the
 draft model's noise (spec), K uniforms for the acceptance tests, then (B, V) Gumbel noise (row 0
