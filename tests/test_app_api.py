@@ -1,5 +1,6 @@
 """The named API through gradio_client against a launched app: results, the session's model
-choice, and field-named messages for out-of-range values with no traceback in the server log."""
+choice, and field-named messages for out-of-range values (every decoding endpoint, /under_load
+included) with no traceback in the server log."""
 from __future__ import annotations
 
 import pytest
@@ -53,6 +54,7 @@ def test_generate_stream_returns_named_outputs(client):
 GENERATE = dict(prompt=PROMPT, tau=0.9, block_size=4, metric="probability", temperature=0.0, seed=0,
                 max_new_tokens=16, cache="sliding", ar_side=AR_SIDES[0])
 STREAM = [PROMPT, 0.9, 4, "probability", 0.0, 0, 16, "sliding", AR_SIDES[0], 0]
+LOAD = ["steady", 0.5, 3, "adaptive", False, 1.0, 1]  # pattern, rate, duration, policy, compare, target, slots
 
 
 @pytest.mark.parametrize("api,args,message", [
@@ -71,6 +73,13 @@ STREAM = [PROMPT, 0.9, 4, "probability", 0.0, 0, 16, "sliding", AR_SIDES[0], 0]
     ("/frontier", [999, "1.0", 4, 16], "problems must be between 1 and 8"),
     ("/frontier", [2, "1.0", 4, 99_999], "max new tokens must be between 1 and 256"),
     ("/frontier", [2, "<img src=x>", 4, 16], "taus: tau must be a number, got '&lt;img src=x&gt;'"),
+    ("/under_load", LOAD[:1] + [99.0] + LOAD[2:], "rate must be between 0.5 and 20, got 99.0"),
+    ("/under_load", LOAD[:1] + [0.0] + LOAD[2:], "rate must be between 0.5 and 20, got 0.0"),
+    ("/under_load", ["<b>spiky</b>"] + LOAD[1:], "pattern must be one of bursty, steady, got '&lt;b&gt;spiky&lt;/b&gt;'"),
+    ("/under_load", LOAD[:2] + [999] + LOAD[3:], "duration must be between 1 and 30, got 999"),
+    ("/under_load", LOAD[:3] + ["fixed 0.1"] + LOAD[4:], "policy must be one of adaptive, fixed 1.0, fixed 0.95"),
+    ("/under_load", LOAD[:5] + [0.0] + LOAD[6:], "latency target must be between 0.05 and 60, got 0.0"),
+    ("/under_load", LOAD[:6] + [99], "slots must be between 1 and 8, got 99"),
     ("/load_models", ["custom", "/etc", "", "none"], "unknown model '/etc'"),
 ])
 def test_out_of_range_values_get_field_named_messages(client, capfd, api, args, message):
