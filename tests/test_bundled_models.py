@@ -5,6 +5,7 @@ solve; they guard against a broken checkpoint, tokenizer or decoder, not measure
 model cards report accuracy on 500 problems).
 """
 import os
+import re
 
 import pytest
 
@@ -54,3 +55,65 @@ def test_bundled_models_are_small_safetensors_folders():
         assert size < 25 * 2**20
         assert os.path.isfile(os.path.join(folder, "model.safetensors"))
         assert os.path.isfile(os.path.join(folder, "README.md"))
+
+
+# Every prompt README.md's playground/API/library snippets use, with its answer: a new one without
+# an answer here fails test_readme_prompts_are_all_listed.
+README_PROMPTS = {
+    "Convert 324 months to years.": "27",
+    "What is the sum of [58, 64, 50, 37]?": "209",
+}
+
+
+def readme_prompts() -> set[str]:
+    """The question-like string literals of README.md's ```python blocks."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(ROOT)), "README.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    return {s for b in blocks for s in re.findall(r'"([^"\n]+ [^"\n]*[?.])"', b)}
+
+
+def offered_examples() -> dict[str, str]:
+    """What the playground offers, with answers: its example buttons (held-out problems drawn by
+    `_examples` from make_examples(30, 0, "eval")), the complete example prompts of the scope text,
+    and the README's prompts."""
+    from playground.scope import FAMILIES
+    from playground.tab_playground import _examples
+    from tasks.synthetic import make_examples
+
+    answers = {ex["messages"][0]["content"]: ex["answer"] for ex in make_examples(30, 0, "eval")}
+    answers.update(README_PROMPTS)
+    shown = [q for [q] in _examples()]
+    shown += [q for _, d in FAMILIES for q in re.findall(r"“([^”]+)”", d) if not q.endswith("…")]
+    missing = [q for q in shown if q not in answers]
+    assert not missing, f"no known answer for {missing}: add it to README_PROMPTS"
+    return {q: answers[q] for q in dict.fromkeys(shown + list(README_PROMPTS))}
+
+
+@pytest.fixture(scope="module")
+def core():
+    """The bundled pair as the app loads it (its store, its limits)."""
+    from playground.core import AppOptions, Core
+
+    return Core(os.path.join(ROOT, "tiny-mars-b4"), os.path.join(ROOT, "tiny-ar-sft"), AppOptions(device="cpu"))
+
+
+def test_readme_prompts_are_all_listed():
+    assert readme_prompts() == set(README_PROMPTS)
+
+
+@pytest.mark.parametrize("side", ["ar", "mars"])
+def test_every_offered_example_is_answered_within_the_default_token_limit(core, side):
+    """Each example the page offers (and each README prompt) is answered correctly, and ends with
+    EOS before the playground's default max new tokens, by the AR baseline (AR decoding) and by
+    the MARS model at tau 0.95, decoded as the playground decodes them (sliding cache, greedy)."""
+    limit = min(core.opts.default_max_new_tokens, core.max_new_cap())  # the max-new-tokens slider's default
+    cases = offered_examples()
+    assert len(cases) >= 6  # two per family on the page; the README and scope prompts are among them
+    loaded = core.ar if side == "ar" else core.mars
+    cfg = (DecodeConfig(mode="ar", cache="sliding", max_new_tokens=limit) if side == "ar" else
+           DecodeConfig(mode="mars", tau=0.95, block_size=core.default_block, cache="sliding", max_new_tokens=limit))
+    res = generate(loaded.model, loaded.tokenizer, list(cases), cfg)
+    wrong = [(q, a, t) for (q, a), t in zip(cases.items(), res.texts) if not score(t, a)]
+    assert not wrong, wrong
+    at_limit = [q for q, ids in zip(cases, res.token_ids) if len(ids) >= limit]
+    assert not at_limit, f"stopped at the {limit}-token limit: {at_limit}"
