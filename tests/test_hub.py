@@ -1,6 +1,7 @@
 """MARS as a transformers `custom_generate` method, on the bundled model (fp32, CPU, offline):
 the callable and the generated Hub folder equal `mars_core.generate` token for token, and plain
-`generate` at tau = 1; streaming, sampling, outputs and bad input."""
+`generate` at tau = 1 and in mode="lossless" (the callable and the hub/mars folder); streaming,
+sampling, outputs and bad input."""
 import pathlib
 
 import pytest
@@ -97,6 +98,27 @@ def test_lossless_equals_plain_generate(hf_model, ref, kv_cache):
     with pytest.raises(ValueError, match="runs on cache='cursor'"):
         hf_model.generate(input_ids=x, attention_mask=mask, max_new_tokens=4, custom_generate=mars_decoding,
                           mask_token_id=tok.mask_token_id, mode="lossless", kv_cache="sliding")
+
+
+def assert_lossless_through_folder(model, tok, folder):
+    """mode="lossless" through a custom_generate folder (local, trust_remote_code, offline) equals
+    plain greedy generate token for token, on the cursor cache by default and without a cache;
+    the sliding cache is refused as through the callable."""
+    x, mask = batch(tok, PROMPTS)
+    plain = model.generate(input_ids=x, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
+    for given in ({}, dict(kv_cache="none")):
+        out = model.generate(input_ids=x, attention_mask=mask, max_new_tokens=NEW, custom_generate=str(folder),
+                             trust_remote_code=True, mask_token_id=tok.mask_token_id, mode="lossless", tau=0.5,
+                             return_dict_in_generate=True, **given)
+        assert torch.equal(plain, out.sequences), given
+        assert out.accept_counts.max() > 1, given  # verified drafts: several tokens per forward
+    with pytest.raises(ValueError, match="runs on cache='cursor'"):
+        model.generate(input_ids=x, attention_mask=mask, max_new_tokens=4, custom_generate=str(folder),
+                       trust_remote_code=True, mask_token_id=tok.mask_token_id, mode="lossless", kv_cache="sliding")
+
+
+def test_lossless_through_the_method_folder_equals_plain_generate(hf_model, ref):
+    assert_lossless_through_folder(hf_model, ref[1], ROOT / "hub" / "mars")
 
 
 def test_sampling_equals_mars_core(ref, hf_model):
