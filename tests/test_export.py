@@ -18,7 +18,7 @@ from mars_core import DecodeConfig, load_model
 from mars_core.export import export, main
 from mars_core.export_card import method_card
 from mars_core.export_method import method_files
-from test_hub import BUNDLED, NEW, PROMPTS, ROOT, Puts, batch, expected
+from test_hub import BUNDLED, NEW, PROMPTS, ROOT, Puts, assert_lossless_through_folder, batch, expected
 
 ALLOWED_PACKAGES = {"torch", "transformers"}
 
@@ -114,9 +114,22 @@ def test_exported_folder_decodes_like_mars_core(exported, ref):
                        max_new_tokens=4, mode="fastest")
 
 
-def test_a_fresh_process_with_only_transformers_runs_it(exported, ref, tmp_path):
-    out, _ = exported
+def test_exported_folder_is_lossless(exported, ref):
+    plain = AutoModelForCausalLM.from_pretrained(str(exported[0]))
+    assert_lossless_through_folder(plain, ref[1], exported[0])
+
+
+def test_the_cli_then_a_fresh_process_with_only_transformers_runs_it(ref, tmp_path):
+    """The bar as written: `python -m mars_core.export assets/models/tiny-mars-b4 OUT` as a
+    subprocess, then an isolated Python (-I, mars_core not importable) runs MARS from OUT."""
     model, tok = ref
+    out = tmp_path / "OUT"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    cli = subprocess.run([sys.executable, "-m", "mars_core.export", "assets/models/tiny-mars-b4", str(out)], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert (out / "custom_generate" / "generate.py").is_file() and (out / "model.safetensors").is_file()
     script = tmp_path / "use.py"
     script.write_text(
         "import importlib.util, json, sys\n"
@@ -126,15 +139,18 @@ def test_a_fresh_process_with_only_transformers_runs_it(exported, ref, tmp_path)
         "tok, model = PreTrainedTokenizerFast.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out)\n"
         "inputs = tok.apply_chat_template([{'role': 'user', 'content': sys.argv[2]}], add_generation_prompt=True,"
         " return_tensors='pt', return_dict=True)\n"
-        f"o = model.generate(**inputs, custom_generate=out, trust_remote_code=True, max_new_tokens={NEW})\n"
-        "print(json.dumps(o[0, inputs['input_ids'].shape[1]:].tolist()))\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
+        f"o = model.generate(**inputs, custom_generate=out, trust_remote_code=True, max_new_tokens={NEW},"
+        " return_dict_in_generate=True)\n"
+        "print(json.dumps({'tokens': o.sequences[0, inputs['input_ids'].shape[1]:].tolist(),"
+        " 'accept_counts': o.accept_counts[:, 0].tolist(), 'modules': sorted(sys.modules)}))\n")
     run = subprocess.run([sys.executable, "-I", str(script), str(out), PROMPTS[1]], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    tail, _ = expected(model, tok, PROMPTS[1:2], DecodeConfig(tau=0.95, max_new_tokens=NEW))
-    assert json.loads(run.stdout.strip().splitlines()[-1]) == tail[0].tolist()
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    tail, counts = expected(model, tok, PROMPTS[1:2], DecodeConfig(tau=0.95, max_new_tokens=NEW))
+    assert got["tokens"] == tail[0].tolist()
+    assert got["accept_counts"] == counts[:, 0].tolist() and max(got["accept_counts"]) > 1  # MARS, not AR
+    assert not [m for m in got["modules"] if m.split(".")[0] in ("mars_core", "tasks", "training", "playground")]
 
 
 def save_a2d(folder: pathlib.Path, tokenizer, vocab_size=None, tie_config=True):
