@@ -31,7 +31,7 @@ from mars_core.lists import list_arg
 from mars_core.loading import DTYPES, trained_block_size
 
 from . import methods_exact  # noqa: F401  (registers mars-lossless, spec, spec-mars, hf-assisted)
-from .measure import DEFAULT_AR, DEFAULT_MARS, benchmark
+from .measure import DEFAULT_AR, DEFAULT_DRAFT, DEFAULT_MARS, benchmark
 from .methods import ar_baselines, default_methods, method_list, methods_doc, methods_help
 from .report import table, write_outputs
 
@@ -57,9 +57,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", type=list_arg(str), default=default_methods(), help=methods_help())
     p.add_argument("--max-new-tokens", type=int, default=128, help="generated tokens per prompt, at most (default 128)")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per method, interleaved (default 3)")
-    p.add_argument("--draft-model", default=DEFAULT_AR,
-                   help=f"draft model of spec, spec-mars and hf-assisted (default {DEFAULT_AR}: the AR model)")
+    p.add_argument("--draft-model", default=DEFAULT_DRAFT,
+                   help=f"draft model of spec, spec-mars and hf-assisted (default {DEFAULT_DRAFT}, the bundled "
+                        f"small draft; {DEFAULT_AR} is the same-size one)")
     p.add_argument("--draft-tokens", type=int, default=4, help="K, tokens the draft proposes per step (default 4)")
+    p.add_argument("--draft-block-size", type=int, default=1,
+                   help="1: the draft decodes AR; > 1: a MARS draft decodes with MARS, blocks of this size (default 1)")
     p.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, fixed for the whole run (default 2)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     a = p.parse_args(argv)
     for name, minimum in (("n", 1), ("max_new_tokens", 1), ("repeats", 1), ("prompt_lookup_tokens", 1), ("threads", 1),
-                          ("draft_tokens", 1)):
+                          ("draft_tokens", 1), ("draft_block_size", 1)):
         if getattr(a, name) < minimum:
             p.error(f"--{name.replace('_', '-')} must be >= {minimum}, got {getattr(a, name)}")
     if a.block_size is None:

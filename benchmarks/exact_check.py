@@ -65,7 +65,7 @@ def decode(model, tok, ids, cfg: DecodeConfig, batch: int, draft=None):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.exact_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="assets/models/tiny-mars-b4")
-    p.add_argument("--draft-model", default="assets/models/tiny-ar-sft")
+    p.add_argument("--draft-model", default="assets/models/tiny-draft")
     p.add_argument("--n", type=int, default=500)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-sizes", type=list_arg(int, minimum=1), default=(1, 8, 32), help="comma-separated (default 1,8,32)")

@@ -23,6 +23,7 @@ from .methods import CallCounter, Method, ar_baselines, method_list
 
 DEFAULT_AR = "assets/models/tiny-ar-sft"
 DEFAULT_MARS = "assets/models/tiny-mars-b4"
+DEFAULT_DRAFT = "assets/models/tiny-draft"  # the bundled small draft (training.build_default)
 
 
 def run_all(method: Method, model, tok, ids: list[list[int]], batch_size: int, tau: float, args):

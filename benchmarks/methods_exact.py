@@ -2,8 +2,8 @@
 
 Imported by the CLI (bench.py) so that these `register` calls run before it parses arguments.
 All run on the MARS model (the target); the spec rows and `hf-assisted` draft with
-`--draft-model` (default: the AR model, which shares the bundled tokenizer), `--draft-tokens` K
-tokens per step. Their `= ref` compares with `hf-generate-mars`, `model.generate` of the MARS
+`--draft-model` (default: the bundled small draft `tiny-draft`, which shares the tokenizer),
+`--draft-tokens` K tokens per step, AR or (`--draft-block-size` > 1, a MARS draft) with MARS. Their `= ref` compares with `hf-generate-mars`, `model.generate` of the MARS
 model (greedy AR): lossless, spec and spec-mars at tau 1 must be 100%. T/F counts target
 forwards only; the draft's forwards are extra work (see `calls`, target only).
 """
@@ -48,7 +48,7 @@ def run_spec(method: Method, model, tok, ids, tau, args, counter):
     mars = method.name == "spec-mars"
     cfg = DecodeConfig(mode="spec", block_size=args.block_size if mars else 1, tau=tau if mars else 1.0,
                        metric=args.metric, draft_tokens=args.draft_tokens, cache="cursor",
-                       max_new_tokens=args.max_new_tokens)
+                       draft_block_size=args.draft_block_size, max_new_tokens=args.max_new_tokens)
     return _decode(model, tok, ids, cfg, draft_model(args))
 
 
