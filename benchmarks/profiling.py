@@ -51,6 +51,41 @@ class ForwardTimer:
             h.remove()
 
 
+class StepTimer:
+    """For the compiled path (`compile=True`): wall-clock inside the compiled step (the forward,
+    acceptance and the cut in one graph) and the eager first forward. A forward hook cannot time
+    it: a hook inside the graph would be traced into it."""
+
+    def __init__(self):
+        from mars_core import decode_compiled
+
+        self.module, self.seconds, self.calls = decode_compiled, 0.0, 0
+        self.original, self.first = decode_compiled.compiled_step, decode_compiled.cursor_forward
+        decode_compiled.compiled_step = self._wrap
+        decode_compiled.cursor_forward = self._first  # the eager first forward (the prompt) counts as inside
+
+    def _first(self, *a, **kw):
+        t = time.perf_counter()
+        out = self.first(*a, **kw)
+        self.seconds += time.perf_counter() - t
+        return out
+
+    def _wrap(self, mode):
+        step = self.original(mode)
+
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            out = step(*a, **kw)
+            out[-1].tolist()  # the step's outputs are ready only once read (the host sync it ends with anyway)
+            self.seconds += time.perf_counter() - t
+            self.calls += 1
+            return out
+        return timed
+
+    def remove(self):
+        self.module.compiled_step, self.module.cursor_forward = self.original, self.first
+
+
 def profile(args) -> str:
     (method,) = method_list([args.method], (args.cache_block_size,))
     model, tok = load_model(args.ar_model if method.model == "ar" else args.mars_model, dtype=args.dtype)
@@ -60,17 +95,18 @@ def profile(args) -> str:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         run_all(method, model, tok, ids, args.batch_size, args.tau, args)
     # The profiler slows every op down; the time split comes from a second, unprofiled run.
-    timer = ForwardTimer(model)
+    timer = StepTimer() if method.compile else ForwardTimer(model)
     res = run_all(method, model, tok, ids, args.batch_size, args.tau, args)
     timer.remove()
+    inside = "inside the compiled step (forward + acceptance)" if method.compile else "inside model.forward"
     tokens = sum(len(t) for t in res["ids"])
-    wall = res["seconds"]
+    wall, calls = res["seconds"], max(res["calls"], 1)  # every forward (the compiled path's eager first one too)
     lines = [
         f"{args.method} batch {args.batch_size} tau {args.tau} {args.dtype}: {wall * 1e3:.1f} ms, {tokens} tokens, "
-        f"{timer.calls} forwards, {wall / max(timer.calls, 1) * 1e3:.2f} ms per forward",
-        f"inside model.forward: {timer.seconds * 1e3:.1f} ms ({timer.seconds / wall:.0%}); "
+        f"{calls} forwards, {wall / calls * 1e3:.2f} ms per forward",
+        f"{inside}: {timer.seconds * 1e3:.1f} ms ({timer.seconds / wall:.0%}); "
         f"decode loop around it: {(wall - timer.seconds) * 1e3:.1f} ms ({1 - timer.seconds / wall:.0%}), "
-        f"{(wall - timer.seconds) / max(timer.calls, 1) * 1e3:.2f} ms per step",
+        f"{(wall - timer.seconds) / calls * 1e3:.2f} ms per step",
         "",
         prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top),
     ]

@@ -65,3 +65,22 @@ def test_compile_cost_table():
     text = compile_cost.table(result)
     assert "| mars-compiled | cold (empty compiler cache) | 0.50 | 30.00 | 40.00 | 2 | 900 | 500 |" in text
     assert text.count("| mars-compiled |") == 3
+
+
+def test_profiling_times_the_compiled_step(folder, monkeypatch):
+    """The compiled path cannot be timed by forward hooks: the profiler times its step instead."""
+    import argparse
+
+    from benchmarks import profiling
+    from mars_core import decode_compiled as dc
+
+    monkeypatch.setattr(dc, "compiled_step", lambda mode: dc.static_step)
+    a = argparse.Namespace(method="mars-compiled", ar_model=folder, mars_model=folder, batch_size=2, tau=0.5,
+                           block_size=4, cache_block_size=16, metric="probability", max_new_tokens=8,
+                           prompt_lookup_tokens=10, seed=0, threads=1, dtype="float32", top=5, output=None)
+    report = profiling.profile(a)
+    head = report.splitlines()[1]
+    assert head.startswith("inside the compiled step (forward + acceptance):")
+    share = int(head.split("(")[2].split("%")[0])
+    assert 30 <= share <= 100
+    assert dc.cursor_forward.__name__ == "cursor_forward" and dc.compiled_step("default") is dc.static_step  # restored
