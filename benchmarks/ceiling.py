@@ -132,8 +132,10 @@ def report(name: str, args, costs: dict[int, dict[int, float]]) -> str:
         for b, c in costs.items():
             lines.append(f"| {b} | " + " | ".join(f"{T * c[1] / c[k]:.2f}x" for k in ks) + " |")
     lines += ["", "k is the width of one forward: MARS with block B forwards its accepted tokens plus B - 1 masks "
-              "(k ~ T + B - 1); lossless MARS 1 + (B - 1) drafts + B groups of B - 1 masks (k = B^2 at B = 4: 16); "
-              "speculative decoding K drafts + 1 (+ (K + 1)(B - 1) masks with a MARS target), plus the draft's cost.",
+              "(k ~ T + B - 1); lossless MARS its new tokens (1 to B) + B - 1 drafts + B - 1 masks with the "
+              "default draft_groups='last' (k = 7 to 10 at B = 4), or B groups of B - 1 masks with 'all' "
+              "(k = 16 at B = 4); speculative decoding K drafts + 1 (+ B - 1 masks with a MARS target and 'last'), "
+              "plus the draft's cost.",
               f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
               f"{args.repeats} repetitions, median."]
     return "\n".join(lines)
