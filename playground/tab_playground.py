@@ -21,8 +21,12 @@ from .ui import UI
 from .validate import as_int, check_prompt, decode_settings
 
 TAU_MAX = {"probability": 1.0, "margin": 1.0, "entropy": 4.0}  # slider ranges
-SCROLL_JS = """() => { if (window.innerWidth < 800) {
-  const el = document.getElementById('speed'); if (el) el.scrollIntoView({block: 'start'}); } }"""
+# After Generate the output must be in view. On a phone the panels sit under everything else, so
+# the page scrolls to the gauge; on a desktop it scrolls only as far as the MARS panel needs, so
+# that the live tau slider stays on screen while the tokens come.
+SCROLL_JS = """() => { const narrow = window.innerWidth < 800;
+  const el = document.getElementById(narrow ? 'speed' : 'mars-panel');
+  if (el) el.scrollIntoView({block: narrow ? 'start' : 'nearest'}); }"""
 
 
 def _examples() -> list[list[str]]:

@@ -26,6 +26,7 @@ AXE = os.path.join(ROOT, "tests", "vendor", "axe.min.js")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 DESKTOP = dict(viewport={"width": 1400, "height": 1000})
+LAPTOP = dict(viewport={"width": 1366, "height": 768})
 PHONE = dict(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, device_scale_factor=2)
 XSS = '<img src=x onerror="window.__xss=1">'
 XSS_AR = '<img src=y onerror="window.__xss=2">'
@@ -241,6 +242,21 @@ def test_phone_shows_the_first_token_after_generate(browser, url):
     page.touchscreen.tap(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # token details on tap
     assert page.evaluate("document.activeElement.dataset.tip").startswith("forward ")
     page.screenshot(path=os.path.join(ARTIFACTS, "phone-done.png"), full_page=True)
+    page.context.close()
+
+
+def test_desktop_shows_the_first_token_and_keeps_the_tau_slider_in_view(browser, url):
+    page = open_page(browser, url, LAPTOP)  # the 1000-px desktop shows the fixture's panels anyway
+    example(page)
+    settings(page, max_new=40)
+    page.locator("#generate").click()
+    page.wait_for_selector("#mars-panel span.tok", timeout=60_000)
+    page.wait_for_timeout(300)
+    tok = page.locator("#mars-panel span.tok").first.bounding_box()  # relative to the viewport
+    assert 0 <= tok["y"] and tok["y"] + tok["height"] <= 768, tok
+    slider = page.locator("#tau input[type=range]").bounding_box()
+    assert 0 <= slider["y"] and slider["y"] + slider["height"] <= 768, slider  # live tau still usable
+    wait_finished(page)
     page.context.close()
 
 
