@@ -221,15 +221,26 @@ def test_queue_position_for_a_second_page_and_stop_cancels_it(browser, one_slot_
     second.context.close()
 
 
-def test_phone_shows_the_first_token_after_generate(browser, url):
-    page = open_page(browser, url, PHONE)
+def assert_in_view(page, selector: str) -> None:
+    box = page.locator(selector).first.bounding_box()  # relative to the viewport
+    height = page.viewport_size["height"]
+    assert 0 <= box["y"] and box["y"] + box["height"] <= height, (selector, box, height)
+
+
+def generate_and_see(page, token_selector: str, tap: bool = False) -> None:
+    """Run the first example (40 tokens) and check that its first token is on screen."""
     example(page)
     settings(page, max_new=40)
-    page.locator("#generate").tap()
-    page.wait_for_selector("#ar-panel span.tok", timeout=60_000)
+    button = page.locator("#generate")
+    button.tap() if tap else button.click()
+    page.wait_for_selector(token_selector, timeout=60_000)
     page.wait_for_timeout(300)
-    box = page.locator("#ar-panel span.tok").first.bounding_box()  # relative to the viewport
-    assert 0 <= box["y"] and box["y"] + box["height"] <= 844, box
+    assert_in_view(page, token_selector)
+
+
+def test_phone_shows_the_first_token_after_generate(browser, url):
+    page = open_page(browser, url, PHONE)
+    generate_and_see(page, "#ar-panel span.tok", tap=True)
     page.screenshot(path=os.path.join(ARTIFACTS, "phone-running.png"))
     wait_finished(page)
     width = page.locator("#mars-panel").bounding_box()["width"]
@@ -247,15 +258,8 @@ def test_phone_shows_the_first_token_after_generate(browser, url):
 
 def test_desktop_shows_the_first_token_and_keeps_the_tau_slider_in_view(browser, url):
     page = open_page(browser, url, LAPTOP)  # the 1000-px desktop shows the fixture's panels anyway
-    example(page)
-    settings(page, max_new=40)
-    page.locator("#generate").click()
-    page.wait_for_selector("#mars-panel span.tok", timeout=60_000)
-    page.wait_for_timeout(300)
-    tok = page.locator("#mars-panel span.tok").first.bounding_box()  # relative to the viewport
-    assert 0 <= tok["y"] and tok["y"] + tok["height"] <= 768, tok
-    slider = page.locator("#tau input[type=range]").bounding_box()
-    assert 0 <= slider["y"] and slider["y"] + slider["height"] <= 768, slider  # live tau still usable
+    generate_and_see(page, "#mars-panel span.tok")
+    assert_in_view(page, "#tau input[type=range]")  # live tau still usable
     wait_finished(page)
     page.context.close()
 
