@@ -4,7 +4,7 @@
 What a first-time visitor meets: the scope text; an example in slow motion (>= 2 s) with the live
 tau slider moved mid-run; the step-through replay; a queue position for a second page while the
 first runs (with Gradio's estimate), and Stop cancelling the queued job; the first output token in
-view on the phone; markup typed into every text field staying text; a minimal Under load run with
+view on the phone, and on a 1366x768 laptop with the tau slider still on screen; markup typed into every text field staying text; a minimal Under load run with
 its figures and summary; WCAG 2 A/AA as axe-core (vendored) checks it, on every tab.
 Screenshots go to test-artifacts/.
 """
@@ -231,8 +231,10 @@ def generate_and_see(page, token_selector: str, tap: bool = False) -> None:
     """Run the first example (40 tokens) and check that its first token is on screen."""
     example(page)
     settings(page, max_new=40)
-    button = page.locator("#generate")
-    button.tap() if tap else button.click()
+    if tap:
+        page.locator("#generate").tap()
+    else:
+        page.locator("#generate").click()
     page.wait_for_selector(token_selector, timeout=60_000)
     page.wait_for_timeout(300)
     assert_in_view(page, token_selector)
