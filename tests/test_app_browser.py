@@ -1,12 +1,12 @@
 """The playground in a real browser: Debian's Chromium driven by Python playwright, on a desktop
-(1400x1000) and a phone (390x844, touch) viewport.
+(1400x1000), a laptop (1366x768) and a phone (390x844, touch) viewport.
 
 What a first-time visitor meets: the scope text; an example in slow motion (>= 2 s) with the live
 tau slider moved mid-run; the step-through replay; a queue position for a second page while the
 first runs (with Gradio's estimate), and Stop cancelling the queued job; the first output token in
-view on the phone, and on a 1366x768 laptop with the tau slider still on screen; markup typed into every text field staying text; a minimal Under load run with
-its figures and summary; WCAG 2 A/AA as axe-core (vendored) checks it, on every tab.
-Screenshots go to test-artifacts/.
+view on the phone, and on the laptop with the tau slider still on screen; markup typed into every
+text field staying text; a minimal Under load run with its figures and summary; WCAG 2 A/AA as
+axe-core (vendored) checks it, on every tab. Screenshots go to test-artifacts/.
 """
 from __future__ import annotations
 
