@@ -3,9 +3,10 @@
 Imported by the CLI (bench.py) so that these `register` calls run before it parses arguments.
 All run on the MARS model (the target); the spec rows and `hf-assisted` draft with
 `--draft-model` (default: the bundled small draft `tiny-draft`, which shares the tokenizer),
-`--draft-tokens` K tokens per step, AR or (`--draft-block-size` > 1, a MARS draft) with MARS. Their `= ref` compares with `hf-generate-mars`, `model.generate` of the MARS
-model (greedy AR): lossless, spec and spec-mars at tau 1 must be 100%. T/F counts target
-forwards only; the draft's forwards are extra work (see `calls`, target only).
+`--draft-tokens` K tokens per step, decoding AR or (`--draft-block-size` > 1, a MARS draft) with
+MARS. Their `= ref` compares with `hf-generate-mars`, `model.generate` of the MARS model (greedy
+AR): lossless, spec and spec-mars at tau 1 must be 100%. T/F counts target forwards only; the
+draft's forwards are extra work (see `calls`, target only).
 """
 from __future__ import annotations
 
