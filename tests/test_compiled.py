@@ -80,6 +80,24 @@ def test_ar_mode_and_block_sizes(confident, tokenizer, uncompiled, mode, B):
     same(eager, static)
 
 
+def test_attention_window_follows_the_rows(confident, tokenizer, monkeypatch):
+    """A step attends over the slots the rows have reached, rounded up to CAPACITY_STEP (here 8,
+    so the window moves every few steps instead of never in a 40-token decode)."""
+    monkeypatch.setattr(dc, "CAPACITY_STEP", 8)
+    windows = []
+
+    def step(model, cache, *args, **kw):
+        windows.append((kw["window"], cache.capacity))
+        return dc.static_step(model, cache, *args, **kw)
+
+    monkeypatch.setattr(dc, "compiled_step", lambda mode: step)
+    for mode, tau, B in (("mars", 0.5, 4), ("mars", 0.0, 8), ("mars", 0.9, 2), ("ar", 1.0, 4)):
+        eager, static = both(confident, tokenizer, BATCH, mode=mode, tau=tau, block_size=B, max_new_tokens=40)
+        same(eager, static)
+    assert len({w for w, _ in windows}) >= 5
+    assert all(w % 8 == 0 and w <= cap for w, cap in windows) and any(w < cap for w, cap in windows)
+
+
 def test_tau_one_is_greedy_ar_and_ar_mode(model, tokenizer, uncompiled):
     ar = generate(model, tokenizer, BATCH, DecodeConfig(mode="ar", cache="cursor", compile=True, max_new_tokens=20))
     mars = generate(model, tokenizer, BATCH, DecodeConfig(tau=1.0, cache="cursor", compile=True, max_new_tokens=20))
