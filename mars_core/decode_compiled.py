@@ -6,11 +6,12 @@ everything around it compile into one graph per batch-size bucket:
 * **Static shapes.** Every step after the first feeds each row a fixed width W = 2B - 1 (B real
   tokens at most, then B - 1 [MASK]s, then padding), writes at the row's own cursor into a
   preallocated buffer (capacity C, rounded up to a multiple of 128), and attends over a window
-  of its first slots, the slots the rows have reached rounded up to 128, with a mask built on
-  the device from the cursors. When at most half of the rows are still decoding, the survivors
-  move into a smaller buffer (powers of two). So a batch of N compiles at most
-  (1 + log2(N)) * C / 128 graphs per model and settings, fewer in practice: the batch shrinks
-  late, once the windows have grown.
+  of its first slots: the slots the rows have reached, rounded up to 128 times a power of two
+  (at most C), with a mask built on the device from the cursors. When at most half of the rows
+  are still decoding, the survivors move into a smaller buffer (powers of two). So a batch of N
+  compiles at most (1 + log2 N) * (1 + ceil(log2(C / 128))) graphs per model and settings
+  (15 for N = 16 and 256 new tokens), fewer in practice: the batch shrinks late, once the
+  window has grown.
 * **Writes in place.** The cache writes with `index_put_`, which inductor keeps in place; a
   `scatter_` into a graph input is functionalised into a copy of the whole buffer and a copy
   back, per layer and step (measured: the step was 1.5x slower than eager at batch 16).
@@ -42,14 +43,16 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 CAPACITY_STEP = 128  # buffer slots are rounded up to this, so different prompts share graphs
-# compiled graphs one process may hold before dynamo falls back to eager (per model, settings
-# and bucket: a batch of 16 needs 5); dynamo's own default, 8, is too low for two models
+# compiled graphs one process may hold before dynamo falls back to eager (per model, settings,
+# batch bucket and window: a batch of 16 needs at most 15 for 256 new tokens, 25 for 2,000);
+# dynamo's own default, 8, is too low for one model
 RECOMPILE_LIMIT = 64
 
 
 class StaticCursorCache(CursorCache):
     """A `CursorCache` whose steps after the first write at a (R, W) slot tensor and attend over
-    the whole buffer, so that every shape but the batch size is fixed."""
+    the buffer's first `window` slots, so that every shape but the batch size and the window is
+    fixed."""
 
     is_compileable = True
 
@@ -67,7 +70,7 @@ class StaticCursorCache(CursorCache):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """key_states, value_states (R, H, W, D) go to the slots `self.slots` (R, W); returns the
-        layer's whole buffers (R, H, C, D)."""
+        layer's buffers over the window, (R, H, window, D) views."""
         if self.slots is None:  # the eager first step (buffers allocated here, zero-filled)
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
         k, v = self.keys[layer_idx], self.values[layer_idx]
@@ -234,11 +237,15 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
 
 
 def _window(rows: Rows, order: list[int], B: int, capacity: int) -> int:
-    """The slots a step must attend over, rounded up to CAPACITY_STEP (one graph per value): every
-    buffer row writes below len(prompt) + len(out) + W (its cursor trails that by the tokens it
-    feeds), finished rows included, as they still run at their frozen cursor."""
+    """The slots a step attends over: every buffer row writes below len(prompt) + len(out) + W
+    (its cursor trails that by the tokens it feeds), finished rows included, as they still run at
+    their frozen cursor. Rounded up to CAPACITY_STEP times a power of two, so that a long decode
+    compiles a logarithmic number of graphs (one per window) and attends over < 2x what it needs."""
     reach = max(len(rows.prompts[r]) + len(rows.out[r]) for r in order) + 2 * B
-    return min(capacity, -(-reach // CAPACITY_STEP) * CAPACITY_STEP)
+    window = CAPACITY_STEP
+    while window < reach:
+        window *= 2
+    return min(capacity, window)
 
 
 def _initial_state(rows: Rows, feed: list[list[int]], dev: torch.device | str, B: int) -> list[torch.Tensor]:

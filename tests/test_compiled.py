@@ -82,7 +82,7 @@ def test_ar_mode_and_block_sizes(confident, tokenizer, uncompiled, mode, B):
 
 def test_attention_window_follows_the_rows(confident, tokenizer, monkeypatch):
     """A step attends over the slots the rows have reached, rounded up to CAPACITY_STEP (here 8,
-    so the window moves every few steps instead of never in a 40-token decode)."""
+    so that the window moves in a 40-token decode) times a power of two."""
     monkeypatch.setattr(dc, "CAPACITY_STEP", 8)
     windows = []
 
@@ -94,8 +94,9 @@ def test_attention_window_follows_the_rows(confident, tokenizer, monkeypatch):
     for mode, tau, B in (("mars", 0.5, 4), ("mars", 0.0, 8), ("mars", 0.9, 2), ("ar", 1.0, 4)):
         eager, static = both(confident, tokenizer, BATCH, mode=mode, tau=tau, block_size=B, max_new_tokens=40)
         same(eager, static)
-    assert len({w for w, _ in windows}) >= 5
-    assert all(w % 8 == 0 and w <= cap for w, cap in windows) and any(w < cap for w, cap in windows)
+    assert len({w for w, _ in windows}) >= 3
+    assert all(w in (8, 16, 32, 64, 128, cap) and w <= cap for w, cap in windows)
+    assert any(w < cap for w, cap in windows)
 
 
 def test_tau_one_is_greedy_ar_and_ar_mode(model, tokenizer, uncompiled):
