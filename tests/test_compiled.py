@@ -58,8 +58,17 @@ def test_static_equals_eager(confident, tokenizer, uncompiled, metric, tau):
     assert uncompiled and uncompiled[0] == len(BATCH)
 
 
-def test_rows_finish_apart_and_the_batch_shrinks(confident, tokenizer, uncompiled):
-    """Rows stop at different steps (a second stop id): the survivors move to smaller buffers."""
+def test_rows_finish_apart_and_the_batch_shrinks(confident, tokenizer, uncompiled, monkeypatch):
+    """Rows stop at different steps (a second stop id): the survivors move to smaller buffers,
+    the smallest bucket they fit, as soon as they fit it."""
+    live = []
+    counted = dc.compiled_step("default")
+
+    def step(*args, **kw):
+        live.append(int(args[6].sum()))  # alive (R,)
+        return counted(*args, **kw)
+
+    monkeypatch.setattr(dc, "compiled_step", lambda mode: step)
     eos = tokenizer.eos_token_id
     base = dict(tau=0.5, block_size=4, max_new_tokens=40)
     full = generate(confident, tokenizer, BATCH, DecodeConfig(cache="none", **base)).token_ids
@@ -72,6 +81,14 @@ def test_rows_finish_apart_and_the_batch_shrinks(confident, tokenizer, uncompile
     same(eager, static)
     assert uncompiled[0] == 8 and len(set(uncompiled)) >= 3  # shrank at least twice
     assert all(a >= b for a, b in zip(uncompiled, uncompiled[1:]))
+    assert set(uncompiled) <= {8, 6, 4, 3, 2, 1}
+    # after the first static step (at the prompts' batch), every step runs at its rows' bucket
+    assert [dc._bucket(n) for n in live[1:]] == uncompiled[1:]
+
+
+def test_batch_buckets():
+    """Powers of two and 1.5x them: few graphs, and at most a third of a bucket idles."""
+    assert [dc._bucket(n) for n in range(1, 18)] == [1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12, 16, 16, 16, 16, 24]
 
 
 @pytest.mark.parametrize("mode,B", [("ar", 4), ("mars", 1), ("mars", 8)])
