@@ -3,7 +3,7 @@
 """The cursor KV cache with static shapes, for `torch.compile` and CUDA graphs (`compile=True`).
 
 Same decoding as `decode_cursor` (token for token in fp32), arranged so that the forward and
-everything around it compile into one graph per batch-size bucket:
+everything around it compile into one graph per batch bucket and attention window:
 
 * **Static shapes.** Every step after the first feeds each row a fixed width W = 2B - 1 (B real
   tokens at most, then B - 1 [MASK]s, then padding), writes at the row's own cursor into a
@@ -16,7 +16,7 @@ everything around it compile into one graph per batch-size bucket:
   256 new tokens), fewer in practice: the batch shrinks late, once the window has grown.
 * **Writes in place.** The cache writes with `index_put_`, which inductor keeps in place; a
   `scatter_` into a graph input is functionalised into a copy of the whole buffer and a copy
-  back, per layer and step (measured: the step was 1.5x slower than eager at batch 16).
+  back, per layer and step (docs/experiments.md: that made the step slower than eager).
 * **State on the device.** The rows' cursors, last accepted tokens, remaining budgets and
   liveness are tensors that the compiled step reads and returns; the host never rebuilds them.
   The step also does acceptance and the cut at EOS / `max_new_tokens`, and packs its outcome
@@ -186,8 +186,8 @@ def release_buffers(model: PreTrainedModel) -> None:
 
 def _bucket(n: int) -> int:
     """The smallest batch bucket >= n: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5x
-    them: a finished row idles in the batch until the survivors fit a bucket; with powers of two
-    alone, 19% of the row-forwards at batch 16 were such idle rows, with these 7%)."""
+    them: a finished row idles in the batch until the survivors fit a bucket, and powers of two
+    alone left many more idle; docs/experiments.md)."""
     p = 1 << (n - 1).bit_length()  # the smallest power of two >= n
     return p * 3 // 4 if p >= 4 and n <= p * 3 // 4 else p
 
