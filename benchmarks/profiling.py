@@ -52,38 +52,32 @@ class ForwardTimer:
 
 
 class StepTimer:
-    """For the compiled path (`compile=True`): wall-clock inside the compiled step (the forward,
-    acceptance and the cut in one graph) and the eager first forward. A forward hook cannot time
-    it: a hook inside the graph would be traced into it."""
+    """For the compiled path (`compile=True`): wall-clock inside its compiled functions (the first
+    step's forward; every later step's forward, acceptance and cut in one graph). A forward hook
+    cannot time them: a hook inside the graph would be traced into it."""
 
     def __init__(self):
         from mars_core import decode_compiled
 
         self.module, self.seconds, self.calls = decode_compiled, 0.0, 0
-        self.original, self.first = decode_compiled.compiled_step, decode_compiled.cursor_forward
-        decode_compiled.compiled_step = self._wrap
-        decode_compiled.cursor_forward = self._first  # the eager first forward (the prompt) counts as inside
+        self.original = decode_compiled.compiled
+        decode_compiled.compiled = self._wrap
 
-    def _first(self, *a, **kw):
-        t = time.perf_counter()
-        out = self.first(*a, **kw)
-        self.seconds += time.perf_counter() - t
-        return out
-
-    def _wrap(self, mode):
-        step = self.original(mode)
+    def _wrap(self, fn, mode):
+        run = self.original(fn, mode)
 
         def timed(*a, **kw):
             t = time.perf_counter()
-            out = step(*a, **kw)
-            out[-1].tolist()  # the step's outputs are ready only once read (the host sync it ends with anyway)
+            out = run(*a, **kw)
+            # the outputs are ready only once read (the step ends with this host sync anyway)
+            (out[-1] if isinstance(out, tuple) else out[:, :1, :1]).tolist()
             self.seconds += time.perf_counter() - t
             self.calls += 1
             return out
         return timed
 
     def remove(self):
-        self.module.compiled_step, self.module.cursor_forward = self.original, self.first
+        self.module.compiled = self.original
 
 
 def profile(args) -> str:

@@ -21,8 +21,13 @@ everything around it compile into one graph per batch bucket and attention windo
   into one tensor: `.tolist()` on it is the step's one host sync, which `Rows.record` reads.
   A finished row stays in its buffer row until the next shrink; its cursor stops moving and its
   output is ignored.
-* **The first step** (the whole prompt plus the masks, a width that differs per batch) runs
-  eagerly through `cursor_forward` into the same buffer.
+* **The first step** (every prompt plus B - 1 masks, all rows at cursor 0) is a second compiled
+  function, `static_prefill`: its width is padded to a prefill bucket (32 times a batch bucket:
+  32, 64, 96, 128, 192, ...), so that prompts of similar lengths share a graph. It is the same
+  cost for AR and MARS, and eagerly it was 16% of a compiled MARS decode at batch 1 and 22% at
+  batch 16 (docs/experiments.md). Acceptance of its logits stays eager (once per decode). The
+  buffers are allocated before it from the key/value layout of the model, read once per model
+  from a one-token eager forward.
 
 Under `mode="reduce-overhead"` (CUDA graphs) the buffers are marked static and reused across
 decodes of the same shape (a per-model pool), so a graph is captured once and replayed.
@@ -47,18 +52,19 @@ CAPACITY_STEP = 128  # buffer slots are rounded up to this, so different prompts
 # batch bucket and window: a batch of 16 needs at most 24 for 256 new tokens, 40 for 2,000);
 # dynamo's own default, 8, is too low for one model
 RECOMPILE_LIMIT = 128
+PREFILL_STEP = 32  # the first step's width is rounded up to this times a batch bucket
 
 
 class StaticCursorCache(CursorCache):
-    """A `CursorCache` whose steps after the first write at a (R, W) slot tensor and attend over
-    the buffer's first `window` slots, so that every shape but the batch size and the window is
-    fixed."""
+    """A `CursorCache` whose forwards write at a (R, W) slot tensor and attend over the buffer's
+    first `window` slots, so that every shape but the batch size, the width and the window is
+    fixed. Its buffers are allocated by `take_cache`, before the first forward."""
 
     is_compileable = True
 
     def __init__(self, batch: int, capacity: int):
         super().__init__(batch, capacity)
-        self.slots: torch.Tensor | None = None  # (R, W) write slots of a static step; None: eager
+        self.slots: torch.Tensor | None = None  # (R, W) write slots, set around each forward
         self.window = capacity  # a static step attends over the first `window` slots
 
     def fix_addresses(self) -> None:
@@ -71,8 +77,6 @@ class StaticCursorCache(CursorCache):
                *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """key_states, value_states (R, H, W, D) go to the slots `self.slots` (R, W); returns the
         layer's buffers over the window, (R, H, window, D) views."""
-        if self.slots is None:  # the eager first step (buffers allocated here, zero-filled)
-            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
         k, v = self.keys[layer_idx], self.values[layer_idx]
         R, H, W, _ = key_states.shape
         dev = key_states.device
@@ -124,20 +128,39 @@ def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Te
             remaining - take, going, pack(tokens, conf, take, done))
 
 
-_COMPILED: dict[str, object] = {}
+def static_prefill(model: PreTrainedModel, cache: StaticCursorCache, ids: torch.Tensor, n: torch.Tensor, *,
+                   block: int) -> torch.Tensor:
+    """The first step: row i's prompt (n[i] tokens) and block - 1 masks at slots [0, P), padded
+    to the prefill width P; returns the logits (R, block, V) at its last prompt token and masks.
+
+    ids (R, P) long; n (R,) long. What `cursor_forward` does with every cursor at 0, at a fixed
+    width (the padding sits beyond each row's causal horizon, and later steps overwrite it).
+    """
+    R, P = ids.shape
+    pos = torch.arange(P, device=ids.device).expand(R, P)  # (R, P) position id = buffer slot
+    visible = pos[:, None, :] <= pos[:, :, None]  # (R, P, P) causal
+    keep = n[:, None] - 1 + torch.arange(block, device=ids.device)  # (R, B)
+    cache.slots, cache.window = pos, P
+    logits = model(input_ids=ids, attention_mask=visible[:, None], position_ids=pos,
+                   cache=cache, use_cache=True, logits_to_keep=keep).logits  # (R, B, V)
+    cache.slots, cache.window = None, cache.capacity
+    return logits
+
+
+_COMPILED: dict[tuple[Callable, str], Callable] = {}
 _LOCK = threading.Lock()
 
 
-def compiled_step(mode: str) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """`static_step` under `torch.compile(mode=mode)`, made once per mode (dynamo keeps one graph
-    per model, settings and batch bucket under it)."""
+def compiled(fn: Callable, mode: str) -> Callable:
+    """`fn` (`static_step` or `static_prefill`) under `torch.compile(mode=mode)`, made once per
+    function and mode (dynamo keeps one graph per model, settings and shape bucket under it)."""
     with _LOCK:
-        if mode not in _COMPILED:
+        if (fn, mode) not in _COMPILED:
             import torch._dynamo
 
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-            _COMPILED[mode] = torch.compile(static_step, mode=mode, dynamic=False, fullgraph=True)
-        return _COMPILED[mode]
+            _COMPILED[fn, mode] = torch.compile(fn, mode=mode, dynamic=False, fullgraph=True)
+        return _COMPILED[fn, mode]
 
 
 def resolve_mode(compile_setting: bool | str, device: torch.device | str) -> str:
@@ -153,22 +176,55 @@ def resolve_mode(compile_setting: bool | str, device: torch.device | str) -> str
 
 
 _POOLS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+_LAYOUTS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
 
-def take_cache(model: PreTrainedModel, batch: int, capacity: int) -> StaticCursorCache:
-    """A free buffer of this shape for `model` (zeroed), or a new one (allocated by its first forward)."""
+def kv_layout(model: PreTrainedModel, mask_id: int, pad_id: int) -> list[tuple]:
+    """Per layer: (kv_heads, key head_dim, value head_dim, dtype, device) of its cache entries.
+    Read from a one-token eager forward into a throwaway cursor cache, so that it holds for any
+    architecture (the config's head counts and sizes are named differently, or mean something
+    else, from one model family to the next); read again when the model moved or was cast."""
+    p = next(model.parameters())
     with _LOCK:
-        free = _POOLS.setdefault(model, {}).setdefault((batch, capacity), [])
-        cache = free.pop() if free else StaticCursorCache(batch, capacity)
-    for t in cache.keys + cache.values:
-        t.zero_()
+        seen = _LAYOUTS.get(model)
+        if seen is not None and seen[0] == (p.dtype, p.device):
+            return seen[1]
+    probe = CursorCache(1, 1)
+    cursor_forward(model, probe, [[pad_id]], [0], 1, mask_id, pad_id)
+    layout = [(k.shape[1], k.shape[3], v.shape[3], k.dtype, k.device) for k, v in zip(probe.keys, probe.values)]
+    with _LOCK:
+        _LAYOUTS[model] = ((p.dtype, p.device), layout)
+    return layout
+
+
+def _pool_key(batch: int, capacity: int, dtype: torch.dtype, device: torch.device) -> tuple:
+    return batch, capacity, dtype, str(device)
+
+
+def take_cache(model: PreTrainedModel, batch: int, capacity: int, layout: list[tuple],
+               graphs: bool = False) -> StaticCursorCache:
+    """A free buffer of this shape for `model` (zeroed), or a new one allocated from `layout`."""
+    with _LOCK:
+        free = _POOLS.setdefault(model, {}).setdefault(_pool_key(batch, capacity, *layout[0][3:]), [])
+        cache = free.pop() if free else None
+    if cache is None:
+        cache = StaticCursorCache(batch, capacity)
+        for H, dk, dv, dtype, dev in layout:
+            cache.keys.append(torch.zeros(batch, H, capacity, dk, dtype=dtype, device=dev))
+            cache.values.append(torch.zeros(batch, H, capacity, dv, dtype=dtype, device=dev))
+        if graphs:
+            cache.fix_addresses()
+    else:
+        for t in cache.keys + cache.values:
+            t.zero_()
     return cache
 
 
 def give_cache(model: PreTrainedModel, cache: StaticCursorCache) -> None:
     """Return `cache` to `model`'s pool, for the next decode of its shape."""
     with _LOCK:
-        _POOLS.setdefault(model, {}).setdefault((cache.batch, cache.capacity), []).append(cache)
+        key = _pool_key(cache.batch, cache.capacity, cache.keys[0].dtype, cache.keys[0].device)
+        _POOLS.setdefault(model, {}).setdefault(key, []).append(cache)
 
 
 def release_buffers(model: PreTrainedModel) -> None:
@@ -197,22 +253,23 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
     cfg, dev, B = rows.cfg, rows.device, rows.block
     mode = resolve_mode(cfg.compile, dev)
     graphs = mode in ("reduce-overhead", "max-autotune")  # CUDA graphs: fixed buffer addresses
-    step = compiled_step(mode)
+    step, prefill = compiled(static_step, mode), compiled(static_prefill, mode)
     N = len(rows.prompts)
     need = max(len(p) for p in rows.prompts) + cfg.max_new_tokens + 2 * B
     capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
-    cache = take_cache(model, N, capacity)
+    layout = kv_layout(model, mask_id, pad_id)
+    cache = take_cache(model, N, capacity, layout, graphs)
     try:
-        # the first step, eager: every prompt plus the masks, all rows at cursor 0
         tau = rows.tau()
-        logits = cursor_forward(model, cache, [list(p) for p in rows.prompts], [0] * N, B, mask_id, pad_id)
+        ids, n = _prefill_inputs(rows.prompts, B, mask_id, pad_id, capacity, dev)
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        logits = prefill(model, cache, ids, n, block=B)  # (N, B, V)
         tokens, conf, n_acc = rows.accept(logits, rows.active, tau)
         event, feed = rows.commit(rows.active, tokens, conf, n_acc, tau)
         vocab = logits.shape[-1]
         order = list(range(N))  # buffer row -> sequence index
         state = _initial_state(rows, feed, dev, B)
-        if graphs:
-            cache.fix_addresses()
         rows.still_active()
         yield event
         kw = dict(block=B, mask_id=mask_id, pad_id=pad_id, metric=cfg.metric,
@@ -238,6 +295,18 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
             yield event
     finally:
         give_cache(model, cache)
+
+
+def _prefill_inputs(prompts: list[list[int]], B: int, mask_id: int, pad_id: int, capacity: int,
+                    dev: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids (N, P): each prompt, B - 1 masks, padding to the prefill width P; n (N,): the prompts'
+    lengths. P is the widest row rounded up to PREFILL_STEP times a batch bucket (at most the
+    buffer's capacity, which every row fits)."""
+    width = max(len(p) for p in prompts) + B - 1
+    P = min(capacity, PREFILL_STEP * _bucket(-(-width // PREFILL_STEP)))
+    ids = [list(p) + [mask_id] * (B - 1) + [pad_id] * (P - len(p) - B + 1) for p in prompts]
+    return (torch.tensor(ids, dtype=torch.long, device=dev),
+            torch.tensor([len(p) for p in prompts], dtype=torch.long, device=dev))
 
 
 def _window(rows: Rows, order: list[int], B: int, capacity: int) -> int:
@@ -280,12 +349,7 @@ def _shrink(model: PreTrainedModel, cache: StaticCursorCache, state: list[torch.
     size = _bucket(len(keep))
     keep += [i for i, r in enumerate(order) if r not in live][: size - len(keep)]
     idx = torch.tensor(keep, dtype=torch.long, device=state[0].device)
-    small = take_cache(model, size, cache.capacity)
-    if not small.keys:  # a new buffer: allocate it like the old one
-        small.keys = [k.new_zeros((size,) + k.shape[1:]) for k in cache.keys]
-        small.values = [v.new_zeros((size,) + v.shape[1:]) for v in cache.values]
-        if graphs:
-            small.fix_addresses()
+    small = take_cache(model, size, cache.capacity, _LAYOUTS[model][1], graphs)
     for dst, src in zip(small.keys + small.values, cache.keys + cache.values):
         torch.index_select(src, 0, idx, out=dst)
     give_cache(model, cache)

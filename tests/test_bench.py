@@ -153,7 +153,7 @@ def test_compiled_rows_count_calls_without_hooks_and_match_eager(models, tmp_pat
     must be the eager cursor rows' counts, and the tokens the references'."""
     from mars_core import decode_compiled as dc
 
-    monkeypatch.setattr(dc, "compiled_step", lambda mode: dc.static_step)
+    monkeypatch.setattr(dc, "compiled", lambda fn, mode: fn)
     names = "hf-generate,ar-cursor,ar-compiled,mars-nocache,mars-cursor,mars-compiled"
     assert bench.main(args(models, tmp_path, "--methods", names)) == 0
     runs = {(r["method"], r["batch_size"]): r for r in json.loads((tmp_path / "bench.json").read_text())["runs"]}

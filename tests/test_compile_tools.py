@@ -23,7 +23,7 @@ def folder(tmp_path_factory):
 def test_compiled_check_compares_with_eager(folder, monkeypatch, capsys):
     from mars_core import decode_compiled as dc
 
-    monkeypatch.setattr(dc, "compiled_step", lambda mode: dc.static_step)
+    monkeypatch.setattr(dc, "compiled", lambda fn, mode: fn)
     assert compiled_check.main(["--model", folder, "--n", "3", "--max-new-tokens", "8", "--taus", "1.0,0.5",
                                 "--batch-sizes", "1,2", "--threads", "1"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 |") or line.startswith("| 0.5 |")]
@@ -39,7 +39,7 @@ def test_compiled_check_reports_a_difference(folder, monkeypatch, capsys):
     def cut(tokens, n_acc, stop_ids, remaining):
         return real_cut(tokens, (n_acc - 1).clamp(min=1), stop_ids, remaining)
 
-    monkeypatch.setattr(dc, "compiled_step", lambda mode: dc.static_step)
+    monkeypatch.setattr(dc, "compiled", lambda fn, mode: fn)
     monkeypatch.setattr(dc, "cut", cut)
     assert compiled_check.main(["--model", folder, "--n", "3", "--max-new-tokens", "8", "--taus", "0.0",
                                 "--batch-sizes", "1", "--threads", "1"]) == 0
@@ -74,7 +74,7 @@ def test_profiling_times_the_compiled_step(folder, monkeypatch):
     from benchmarks import profiling
     from mars_core import decode_compiled as dc
 
-    monkeypatch.setattr(dc, "compiled_step", lambda mode: dc.static_step)
+    monkeypatch.setattr(dc, "compiled", lambda fn, mode: fn)
     a = argparse.Namespace(method="mars-compiled", ar_model=folder, mars_model=folder, batch_size=2, tau=0.5,
                            block_size=4, cache_block_size=16, metric="probability", max_new_tokens=8,
                            prompt_lookup_tokens=10, seed=0, threads=1, dtype="float32", top=5, output=None)
@@ -83,4 +83,4 @@ def test_profiling_times_the_compiled_step(folder, monkeypatch):
     assert head.startswith("inside the compiled step (forward + acceptance):")
     share = int(head.split("(")[2].split("%")[0])
     assert 30 <= share <= 100
-    assert dc.cursor_forward.__name__ == "cursor_forward" and dc.compiled_step("default") is dc.static_step  # restored
+    assert dc.compiled(dc.static_step, "default") is dc.static_step  # restored

@@ -15,6 +15,12 @@ from test_cursor import BATCH
 from test_decoders import SETTINGS
 
 
+def only(step, prefill=None):
+    """A stand-in for `dc.compiled`: `step` for the step, `prefill` (default: as is) for the first
+    step, neither compiled."""
+    return lambda fn, mode: step if fn is dc.static_step else (prefill or fn)
+
+
 @pytest.fixture
 def uncompiled(monkeypatch):
     """The static path with the step run eagerly; counts the steps and the batch sizes they ran at."""
@@ -24,7 +30,7 @@ def uncompiled(monkeypatch):
         seen.append(args[2].shape[0])
         return dc.static_step(*args, **kw)
 
-    monkeypatch.setattr(dc, "compiled_step", lambda mode: step)
+    monkeypatch.setattr(dc, "compiled", only(step))
     return seen
 
 
@@ -62,13 +68,13 @@ def test_rows_finish_apart_and_the_batch_shrinks(confident, tokenizer, uncompile
     """Rows stop at different steps (a second stop id): the survivors move to smaller buffers,
     the smallest bucket they fit, as soon as they fit it."""
     live = []
-    counted = dc.compiled_step("default")
+    counted = dc.compiled(dc.static_step, "default")
 
     def step(*args, **kw):
         live.append(int(args[6].sum()))  # alive (R,)
         return counted(*args, **kw)
 
-    monkeypatch.setattr(dc, "compiled_step", lambda mode: step)
+    monkeypatch.setattr(dc, "compiled", only(step))
     eos = tokenizer.eos_token_id
     base = dict(tau=0.5, block_size=4, max_new_tokens=40)
     full = generate(confident, tokenizer, BATCH, DecodeConfig(cache="none", **base)).token_ids
@@ -91,6 +97,49 @@ def test_batch_buckets():
     assert [dc._bucket(n) for n in range(1, 18)] == [1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12, 16, 16, 16, 16, 24]
 
 
+def test_prefill_inputs_pad_to_a_bucket():
+    """Prompt, B - 1 masks, then padding, to 32 x a batch bucket, capped at the buffer."""
+    ids, n = dc._prefill_inputs([[5, 6, 7], list(range(10, 50))], 4, 99, 0, 384, "cpu")
+    assert ids.shape == (2, 64) and n.tolist() == [3, 40]  # widest row 40 + 3 -> 64
+    assert ids[0, :6].tolist() == [5, 6, 7, 99, 99, 99] and ids[0, 6:].eq(0).all()
+    assert ids[1, :43].tolist() == list(range(10, 50)) + [99] * 3 and ids[1, 43:].eq(0).all()
+    assert dc._prefill_inputs([[1] * 100], 4, 99, 0, 384, "cpu")[0].shape == (1, 128)
+    assert dc._prefill_inputs([[1] * 130], 4, 99, 0, 384, "cpu")[0].shape == (1, 192)
+    assert dc._prefill_inputs([[1] * 130], 4, 99, 0, 140, "cpu")[0].shape == (1, 140)
+
+
+def test_first_step_is_one_static_prefill(confident, tokenizer, monkeypatch):
+    """The prompts go through `static_prefill` once per decode, at a bucketed width; the model's
+    key/value layout is read once (one eager forward), not per decode."""
+    widths, probes = [], []
+
+    def prefill(model, cache, ids, n, **kw):
+        widths.append(tuple(ids.shape))
+        return dc.static_prefill(model, cache, ids, n, **kw)
+
+    real_forward = dc.cursor_forward
+
+    def probe(*args, **kw):
+        probes.append(1)
+        return real_forward(*args, **kw)
+
+    monkeypatch.setattr(dc, "compiled", only(dc.static_step, prefill))
+    monkeypatch.setattr(dc, "cursor_forward", probe)
+    dc._LAYOUTS.pop(confident, None)
+    for prompts in (BATCH, PROMPTS[:1]):
+        eager, static = both(confident, tokenizer, prompts, tau=0.5, block_size=4, max_new_tokens=20)
+        same(eager, static)
+    assert [w[0] for w in widths] == [len(BATCH), 1] and all(w[1] % dc.PREFILL_STEP == 0 for w in widths)
+    assert len(probes) == 1 and len(dc._LAYOUTS[confident][1]) == confident.config.num_hidden_layers
+    confident.to(torch.float64)  # a cast model: its layout is read again, its buffers are new
+    try:
+        eager, static = both(confident, tokenizer, PROMPTS[:1], tau=0.5, block_size=4, max_new_tokens=20)
+        same(eager, static)
+        assert len(probes) == 2 and dc._LAYOUTS[confident][1][0][3] == torch.float64
+    finally:
+        confident.to(torch.float32)
+
+
 @pytest.mark.parametrize("mode,B", [("ar", 4), ("mars", 1), ("mars", 8)])
 def test_ar_mode_and_block_sizes(confident, tokenizer, uncompiled, mode, B):
     eager, static = both(confident, tokenizer, BATCH, mode=mode, tau=0.5, block_size=B, max_new_tokens=30)
@@ -107,7 +156,7 @@ def test_attention_window_follows_the_rows(confident, tokenizer, monkeypatch):
         windows.append((kw["window"], cache.capacity))
         return dc.static_step(model, cache, *args, **kw)
 
-    monkeypatch.setattr(dc, "compiled_step", lambda mode: step)
+    monkeypatch.setattr(dc, "compiled", only(step))
     for mode, tau, B in (("mars", 0.5, 4), ("mars", 0.0, 8), ("mars", 0.9, 2), ("ar", 1.0, 4)):
         eager, static = both(confident, tokenizer, BATCH, mode=mode, tau=tau, block_size=B, max_new_tokens=40)
         same(eager, static)
@@ -161,7 +210,7 @@ def test_buffers_are_reused_and_never_grow(confident_model, tokenizer, uncompile
     generate(confident_model, tokenizer, PROMPTS[:2], cfg)
     pool = dc._POOLS[confident_model]
     first = {k: [t.data_ptr() for c in v for t in c.keys] for k, v in pool.items()}
-    assert all(cap % dc.CAPACITY_STEP == 0 for _, cap in first)
+    assert all(key[1] % dc.CAPACITY_STEP == 0 for key in first)
     generate(confident_model, tokenizer, PROMPTS[2:4], cfg)  # same shapes: the same buffers
     assert {k: [t.data_ptr() for c in v for t in c.keys] for k, v in pool.items()} == first
     dc.release_buffers(confident_model)
