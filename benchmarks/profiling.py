@@ -94,7 +94,7 @@ def profile(args) -> str:
     timer.remove()
     inside = "inside the compiled step (forward + acceptance)" if method.compile else "inside model.forward"
     tokens = sum(len(t) for t in res["ids"])
-    wall, calls = res["seconds"], max(res["calls"], 1)  # every forward (the compiled path's eager first one too)
+    wall, calls = res["seconds"], max(res["calls"], 1)  # every forward (the compiled path's first step too)
     lines = [
         f"{args.method} batch {args.batch_size} tau {args.tau} {args.dtype}: {wall * 1e3:.1f} ms, {tokens} tokens, "
         f"{calls} forwards, {wall / calls * 1e3:.2f} ms per forward",
