@@ -63,7 +63,8 @@ class DecodeConfig:
     max_accept:       optional cap on tokens accepted per step (None: block_size).
     compile:          False (eager), True, or a `torch.compile` mode (one of COMPILE_MODES):
                       the cursor cache's static-shape path (`decode_compiled`), compiled once
-                      per batch-size bucket. True picks "reduce-overhead" (CUDA graphs) on a
+                      per batch-size bucket and attention window (the first step: per prefill
+                      width). True picks "reduce-overhead" (CUDA graphs) on a
                       CUDA device and "default" elsewhere. Needs cache="cursor" and mode
                       "ar" or "mars".
     draft_tokens:     K, tokens the draft model proposes per step ("spec"), 1..MAX_DRAFT_TOKENS.
