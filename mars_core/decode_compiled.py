@@ -112,13 +112,8 @@ def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Te
     real = feed.gather(1, j.clamp(max=B - 1).expand(R, W))
     ids = torch.where(j < n, real, torch.where(j < n + B - 1, mask_id, pad_id))  # (R, W)
     pos = cursor[:, None] + j  # (R, W) position id = buffer slot
-    visible = torch.arange(window, device=feed.device) <= pos[:, :, None]  # (R, W, window)
     keep = n - 1 + torch.arange(B, device=feed.device)  # (R, B): the last real token and the masks
-    cache.slots, cache.window = pos, window
-    # a 4-D mask is used as written (the model builds none of its own)
-    logits = model(input_ids=ids, attention_mask=visible[:, None], position_ids=pos,
-                   cache=cache, use_cache=True, logits_to_keep=keep).logits  # (R, B, V)
-    cache.slots, cache.window = None, cache.capacity
+    logits = _forward(model, cache, ids, pos, keep, window)  # (R, B, V)
     tokens, conf, n_acc = accept(logits, tau, metric, temperature, noise, max_accept)
     take, done = cut(tokens, n_acc, stop_ids, remaining)
     done = done | ~alive
@@ -138,11 +133,19 @@ def static_prefill(model: PreTrainedModel, cache: StaticCursorCache, ids: torch.
     """
     R, P = ids.shape
     pos = torch.arange(P, device=ids.device).expand(R, P)  # (R, P) position id = buffer slot
-    visible = pos[:, None, :] <= pos[:, :, None]  # (R, P, P) causal
     keep = n[:, None] - 1 + torch.arange(block, device=ids.device)  # (R, B)
-    cache.slots, cache.window = pos, P
+    return _forward(model, cache, ids, pos, keep, P)
+
+
+def _forward(model: PreTrainedModel, cache: StaticCursorCache, ids: torch.Tensor, pos: torch.Tensor,
+             keep: torch.Tensor, window: int) -> torch.Tensor:
+    """ids, pos (R, W): tokens written at slots `pos`, each query seeing the slots <= its own
+    among the first `window`; returns the logits (R, B, V) at the columns `keep` (R, B)."""
+    visible = torch.arange(window, device=ids.device) <= pos[:, :, None]  # (R, W, window)
+    cache.slots, cache.window = pos, window
+    # a 4-D mask is used as written (the model builds none of its own)
     logits = model(input_ids=ids, attention_mask=visible[:, None], position_ids=pos,
-                   cache=cache, use_cache=True, logits_to_keep=keep).logits  # (R, B, V)
+                   cache=cache, use_cache=True, logits_to_keep=keep).logits
     cache.slots, cache.window = None, cache.capacity
     return logits
 
@@ -291,7 +294,7 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
             rows.still_active()
             n_live = len(rows.active)
             if 0 < n_live and _bucket(n_live) < len(order):
-                cache, state, order = _shrink(model, cache, state, order, set(rows.active), graphs)
+                cache, state, order = _shrink(model, cache, state, order, set(rows.active), layout, graphs)
             yield event
     finally:
         give_cache(model, cache)
@@ -343,13 +346,13 @@ def _noise(rows: Rows, order: list[int], live: set[int], B: int, vocab: int) -> 
 
 
 def _shrink(model: PreTrainedModel, cache: StaticCursorCache, state: list[torch.Tensor], order: list[int],
-            live: set[int], graphs: bool) -> tuple[StaticCursorCache, list[torch.Tensor], list[int]]:
+            live: set[int], layout: list[tuple], graphs: bool) -> tuple[StaticCursorCache, list[torch.Tensor], list[int]]:
     """Move the decoding rows into a buffer of their batch bucket (finished rows fill it up)."""
     keep = [i for i, r in enumerate(order) if r in live]
     size = _bucket(len(keep))
     keep += [i for i, r in enumerate(order) if r not in live][: size - len(keep)]
     idx = torch.tensor(keep, dtype=torch.long, device=state[0].device)
-    small = take_cache(model, size, cache.capacity, _LAYOUTS[model][1], graphs)
+    small = take_cache(model, size, cache.capacity, layout, graphs)
     for dst, src in zip(small.keys + small.values, cache.keys + cache.values):
         torch.index_select(src, 0, idx, out=dst)
     give_cache(model, cache)
