@@ -101,7 +101,9 @@ def open_tab(page, name: str) -> None:
 
 
 def set_slider(page, elem_id: str, value) -> None:
-    page.locator(f"#{elem_id} input[type=range]").fill(str(value))
+    slider = page.locator(f"#{elem_id} input[type=range]")
+    slider.fill(str(value))
+    sync_api.expect(slider).to_have_value(str(value))  # held: not reset by a late mount
 
 
 def fill_field(field, value: str, default: str) -> None:
