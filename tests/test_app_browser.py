@@ -109,11 +109,10 @@ def set_slider(page, elem_id: str, value) -> None:
 def fill_field(field, value: str, default: str) -> None:
     """Type into a text field a newly opened tab has just mounted. Gradio sets a field's initial
     value when the tab first renders, which can land after an early fill and overwrite it (seen
-    in CI with another Chromium build): wait for that default first, then check the fill held."""
-    expect = sync_api.expect
-    expect(field).to_have_value(default, timeout=30_000)
+    in CI, not here): wait for that default first, then check the fill held."""
+    sync_api.expect(field).to_have_value(default, timeout=30_000)
     field.fill(value)
-    expect(field).to_have_value(value, timeout=10_000)
+    sync_api.expect(field).to_have_value(value, timeout=10_000)
 
 
 def settings(page, tau=None, slow=None, max_new=None, ar_side=None):
