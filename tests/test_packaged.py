@@ -106,3 +106,32 @@ def test_real_package_end_to_end(tmp_path, monkeypatch):
     assert tok.mask_token_id == 16
     out = generate(model, tok, ["What is the capital of France?"], DecodeConfig(mode="ar", max_new_tokens=12))
     assert "Paris" in out.texts[0]
+
+
+def test_a_derived_name_is_the_base_plus_its_delta(tiny_registry, tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    base, _ = load_model("tiny-packaged")
+    key = "model.layers.1.mlp.down_proj.weight"
+    delta = torch.full_like(base.state_dict()[key], 0.25).to(torch.bfloat16)
+    folder = tmp_path / "delta"
+    folder.mkdir()
+    save_file({key: delta}, folder / "delta.safetensors")
+    (folder / "README.md").write_text("card")
+    monkeypatch.setitem(packaged.DERIVED, "tiny-derived", ("tiny-packaged", folder))
+    model, tok = load_model("tiny-derived")
+    expected = base.state_dict()[key] + 0.25
+    torch.testing.assert_close(model.state_dict()[key], expected)
+    other = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.equal(model.state_dict()[other], base.state_dict()[other])
+    assert tok.mask_token == "<empty_output>"
+    made = tmp_path / "cache" / "models" / "tiny-derived"
+    assert (made / "README.md").read_text() == "card"
+    save_file({key: delta * 2}, folder / "delta.safetensors")  # a new delta is picked up
+    torch.testing.assert_close(load_model("tiny-derived")[0].state_dict()[key], base.state_dict()[key] + 0.5)
+
+
+def test_a_derived_name_without_its_delta_says_so(tiny_registry, tmp_path, monkeypatch):
+    monkeypatch.setitem(packaged.DERIVED, "tiny-derived", ("tiny-packaged", tmp_path / "nothing"))
+    with pytest.raises(ValueError, match="not in this checkout"):
+        load_model("tiny-derived")
