@@ -1,4 +1,6 @@
 """The frozen-lower-layers MARS loss against `mars_loss` on the full [noisy | clean] layout."""
+import os
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -56,3 +58,51 @@ def test_gradients_reach_only_the_upper_layers():
 def test_response_must_start_inside():
     with pytest.raises(ValueError, match="response must start"):
         compact_inputs([1, 2, 3], 3, 4, MASK)
+
+
+def _distill_file(path, tok, n=6):
+    import json
+    import random
+
+    rng = random.Random(0)
+    with open(path, "w") as f:
+        for i in range(1, n + 1):  # id 20 would be held out; these are all training ids
+            prompt = tok("Tom has 12 apples.")["input_ids"]
+            response = [rng.randrange(10, 200) for _ in range(rng.randrange(5, 12))]
+            f.write(json.dumps({"id": i, "prompt": "p", "prompt_ids": prompt, "response_ids": response,
+                                "ended": i % 2 == 0, "response": "r"}) + "\n")
+
+
+@pytest.fixture
+def tiny_model_dir(tmp_path, tokenizer):
+    from conftest import make_model
+
+    m = make_model("llama", len(tokenizer))
+    m.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    return str(tmp_path / "base")
+
+
+def test_an_interrupted_stage_resumes_to_the_same_weights(tmp_path, tiny_model_dir, tokenizer):
+    from training.frozen_stage import main
+
+    tok = tokenizer
+    data = tmp_path / "d.jsonl"
+    _distill_file(data, tok)
+    common = ["--base", tiny_model_dir, "--data", str(data), "--train-layers", "1", "--accum", "2",
+              "--epochs", "2", "--lr", "1e-3", "--warmup", "2"]
+    assert main(common + ["--out", str(tmp_path / "once")]) == 0
+    assert main(common + ["--out", str(tmp_path / "twice"), "--max-steps", "3"]) == 0
+    assert torch.load(tmp_path / "twice" / "latest.pt")["state"]["step"] == 3
+    assert main(common + ["--out", str(tmp_path / "twice")]) == 0
+    once = torch.load(tmp_path / "once" / "latest.pt")
+    twice = torch.load(tmp_path / "twice" / "latest.pt")
+    assert once["state"]["step"] == twice["state"]["step"] == 6
+    for key, value in once["layers"].items():
+        torch.testing.assert_close(twice["layers"][key], value, rtol=0, atol=0)
+    assert sorted(os.listdir(tmp_path / "twice" / "snapshots")) == ["step000003.pt", "step000006.pt"]
+    from safetensors.torch import load_file
+
+    base = load_file(os.path.join(tiny_model_dir, "model.safetensors"))
+    assert all(not torch.equal(base[k], v) for k, v in once["layers"].items())  # every trained tensor moved
+    assert all(k.startswith("model.layers.1.") for k in once["layers"])

@@ -82,7 +82,7 @@ def save_snapshot(out: str, model, split: int, optimizer, state: dict) -> None:
     tmp = os.path.join(out, "latest.pt.tmp")
     torch.save({"layers": layers, "optimizer": optimizer.state_dict(), "state": state}, tmp)
     os.replace(tmp, os.path.join(out, "latest.pt"))
-    snap = os.path.join(out, "snapshots", f"min{state['minutes']:06.1f}.pt")
+    snap = os.path.join(out, "snapshots", f"step{state['step']:06d}.pt")
     os.makedirs(os.path.dirname(snap), exist_ok=True)
     torch.save({"layers": layers, "state": state}, snap + ".tmp")
     os.replace(snap + ".tmp", snap)
@@ -138,7 +138,8 @@ def train(args) -> None:
         log.write(json.dumps({"step": state["step"], "minutes": round(state["minutes"], 2), "noisy": round(sums[0], 4),
                               "clean": round(sums[1], 4), "lr": optimizer.param_groups[0]["lr"]}) + "\n")
         log.flush()
-        done = state["step"] >= total_steps or state["minutes"] - spent_before >= args.minutes
+        done = (state["step"] >= total_steps or state["minutes"] - spent_before >= args.minutes
+                or (args.max_steps is not None and state["step"] >= args.max_steps))
         if done or state["minutes"] - last_snap >= args.snapshot_minutes:
             save_snapshot(args.out, model, split, optimizer, state)
             last_snap = state["minutes"]
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accum", type=int, default=8, help="examples per optimizer step")
     p.add_argument("--max-len", type=int, default=448)
     p.add_argument("--minutes", type=float, default=150.0, help="stop this stage after so many minutes")
+    p.add_argument("--max-steps", type=int, default=None, help="stop this stage at this optimizer step")
     p.add_argument("--snapshot-minutes", type=float, default=10.0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
