@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 from collections import defaultdict
 
@@ -46,7 +47,8 @@ def read_set(kind: str, path: str, limit: int | None = None) -> list[dict]:
                     rows.append({"id": r["id"], "category": "self-instruct",
                                  "prompt": r["instruction"] + ("\n\n" + inp if inp else "")})
                 else:
-                    rows.append({"id": r["id"], "category": r.get("category", "ours"), "prompt": r["prompt"]})
+                    rows.append({"id": r["id"], "category": r.get("category", "ours"), "prompt": r["prompt"],
+                                 "answers": r.get("answers")})
             except (ValueError, KeyError, TypeError, IndexError) as e:
                 raise ValueError(f"{path}:{number}: not a {kind} record ({type(e).__name__}: {e})") from None
     return rows[:limit]
@@ -59,6 +61,16 @@ def settings(taus: list[float], lossless: bool, block_size: int) -> dict[str, De
     if lossless:
         out["lossless"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor")
     return out
+
+
+def is_correct(text: str, answers: list[str]) -> bool:
+    """Does `text` contain one of `answers`? A number must stand alone ("0" is not found in "10");
+    words are matched case-insensitively."""
+    for a in answers:
+        pattern = rf"(?<![\d.]){re.escape(a)}(?!\d)" if a.isdigit() else re.escape(a)
+        if re.search(pattern, text, flags=re.IGNORECASE):
+            return True
+    return False
 
 
 def run_setting(model, tokenizer, name: str, config: DecodeConfig, prompts: list[dict], out_path: str,
@@ -80,9 +92,11 @@ def run_setting(model, tokenizer, name: str, config: DecodeConfig, prompts: list
         with open(out_path, "a", encoding="utf-8") as f:
             for j, (ids, p) in enumerate(chunk):
                 forwards = sum(1 for step in rows.stats.accepted_per_step if step[j] > 0)
-                f.write(json.dumps({"setting": name, "id": p["id"], "category": p["category"],
-                                    "prompt_tokens": len(ids), "tokens": len(rows.out[j]),
-                                    "forwards": max(forwards, 1), "ids": rows.out[j]}) + "\n")
+                rec = {"setting": name, "id": p["id"], "category": p["category"], "prompt_tokens": len(ids),
+                       "tokens": len(rows.out[j]), "forwards": max(forwards, 1), "ids": rows.out[j]}
+                if p.get("answers"):
+                    rec["correct"] = is_correct(tokenizer.decode(rows.out[j], skip_special_tokens=True), p["answers"])
+                f.write(json.dumps(rec) + "\n")
         log(f"{name}: {i + len(chunk)}/{len(encoded)} ({time.time() - start:.0f} s)")
 
 
@@ -99,12 +113,15 @@ def summarise(out_path: str) -> dict:
     with open(out_path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     ar = {r["id"]: r["ids"] for r in rows if r["setting"] == "ar"}
-    groups = defaultdict(list)
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["setting"], r["category"]), [])
+        groups.setdefault((r["setting"], "overall"), [])
     for r in rows:
         groups[(r["setting"], r["category"])].append(r)
         groups[(r["setting"], "overall")].append(r)
     summary = defaultdict(dict)
-    for (setting, category), rs in sorted(groups.items()):
+    for (setting, category), rs in groups.items():  # settings in the order they ran
         diffs = [first_difference(r["ids"], ar[r["id"]]) for r in rs if r["id"] in ar]
         differing = [d for d in diffs if d is not None]
         summary[setting][category] = {
@@ -113,6 +130,9 @@ def summarise(out_path: str) -> dict:
             "identical": round(1 - len(differing) / len(diffs), 3) if diffs else None,
             "first_difference": round(sum(differing) / len(differing), 1) if differing else None,
         }
+        scored = [r["correct"] for r in rs if "correct" in r]
+        if scored:
+            summary[setting][category]["accuracy"] = round(sum(scored) / len(scored), 3)
     return dict(summary)
 
 

@@ -1,0 +1,73 @@
+"""benchmarks.real_eval: the summary figures from hand-written records, and a resumable run."""
+import json
+
+import pytest
+
+from benchmarks.real_eval import first_difference, is_correct, main, read_set, summarise, table
+
+
+def _write(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2  # one stopped early
+    assert first_difference([], [4]) == 0
+
+
+def test_is_correct_matches_numbers_alone_and_words_in_any_case():
+    assert is_correct("The answer is 42.", ["42"])
+    assert not is_correct("It is 142 or 420.", ["42"])
+    assert not is_correct("10 degrees", ["0"]) and is_correct("0°C", ["0"])
+    assert is_correct("the capital is paris", ["Paris"])
+
+
+def test_summary_per_category_against_ar(tmp_path):
+    rec = lambda s, i, c, ids, f, **k: {"setting": s, "id": i, "category": c, "tokens": len(ids), "forwards": f,
+                                        "ids": ids, **k}
+    _write(tmp_path / "o.jsonl", [
+        rec("ar", 1, "qa", [1, 2, 3, 4], 5, correct=True), rec("ar", 2, "math", [5, 6], 3, correct=False),
+        rec("mars-0.9", 1, "qa", [1, 2, 3, 4], 2, correct=True), rec("mars-0.9", 2, "math", [5, 7], 1, correct=True),
+    ])
+    s = summarise(str(tmp_path / "o.jsonl"))
+    assert list(s) == ["ar", "mars-0.9"]
+    assert s["ar"]["overall"] == {"n": 2, "tokens_per_forward": 0.75, "identical": 1.0, "first_difference": None,
+                                  "accuracy": 0.5}
+    assert s["mars-0.9"]["qa"]["tokens_per_forward"] == 2.0
+    assert s["mars-0.9"]["overall"]["tokens_per_forward"] == 2.0  # 6 tokens / 3 forwards
+    assert s["mars-0.9"]["overall"]["identical"] == 0.5 and s["mars-0.9"]["overall"]["first_difference"] == 1
+    assert s["mars-0.9"]["overall"]["accuracy"] == 1.0
+    assert "| math | 0.67 | 2.00 (0%) |" in table(s)
+
+
+def test_read_set_formats_and_a_bad_line(tmp_path):
+    _write(tmp_path / "sb.jsonl", [{"question_id": 3, "category": "qa", "turns": ["Q1", "Q2"]}])
+    assert read_set("spec-bench", str(tmp_path / "sb.jsonl")) == [{"id": 3, "category": "qa", "prompt": "Q1"}]
+    _write(tmp_path / "si.jsonl", [{"id": "t0", "instruction": "Fix it.", "instances": [{"input": "teh", "output": "the"}]}])
+    assert read_set("self-instruct", str(tmp_path / "si.jsonl"))[0]["prompt"] == "Fix it.\n\nteh"
+    _write(tmp_path / "bad.jsonl", [{"nope": 1}])
+    with pytest.raises(ValueError, match="bad.jsonl:1: not a spec-bench record"):
+        read_set("spec-bench", str(tmp_path / "bad.jsonl"))
+
+
+def test_a_run_resumes_and_tau_one_is_identical_to_ar(tmp_path, capsys):
+    tiny_mars_dir = "assets/models/tiny-mars-b4"
+    _write(tmp_path / "p.jsonl", [{"id": i, "prompt": p} for i, p in enumerate(["Tom has 12 apples.", "Hi", "What is 24 * 3?"])])
+    args = ["--model", tiny_mars_dir, "--prompts", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "r"),
+            "--taus", "1,0.5", "--max-new-tokens", "12", "--batch-size", "2"]
+    assert main(args) == 0
+    lines = (tmp_path / "r" / "outputs.jsonl").read_text().splitlines()
+    assert len(lines) == 3 * 4  # ar, tau 1, tau 0.5, lossless
+    assert main(args) == 0
+    assert len((tmp_path / "r" / "outputs.jsonl").read_text().splitlines()) == 12  # nothing decoded twice
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert s["mars-1"]["overall"]["identical"] == 1.0 and s["lossless"]["overall"]["identical"] == 1.0
+
+
+def test_a_missing_prompt_file_is_one_line(tmp_path, capsys):
+    assert main(["--prompts", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().out.startswith("error: ")
