@@ -30,20 +30,20 @@ def holdout(record_id: int) -> bool:
     return record_id % 20 == 0
 
 
-def read_examples(path: str, eos_id: int, max_len: int) -> list[tuple[int, list[int], int]]:
-    """(id, ids, response start) of the training records, the answer cut at `max_len` tokens in all."""
+def read_examples(path: str, eos_id: int, max_len: int, first: int | None = None) -> list[tuple[int, list[int], int]]:
+    """(id, ids, response start) of the training records among the file's `first` lines (all when
+    None; distill files only grow, so a prefix is a fixed data set), cut at `max_len` tokens."""
     out = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if holdout(rec["id"]) or not rec["response_ids"]:
-                continue
-            ids = rec["prompt_ids"] + rec["response_ids"] + ([eos_id] if rec["ended"] else [])
-            start = len(rec["prompt_ids"])
-            if start + 1 < max_len:
-                out.append((rec["id"], ids[:max_len], start))
+        lines = [line for line in f if line.strip()]
+    for line in lines[:first]:
+        rec = json.loads(line)
+        if holdout(rec["id"]) or not rec["response_ids"]:
+            continue
+        ids = rec["prompt_ids"] + rec["response_ids"] + ([eos_id] if rec["ended"] else [])
+        start = len(rec["prompt_ids"])
+        if start + 1 < max_len:
+            out.append((rec["id"], ids[:max_len], start))
     return out
 
 
@@ -100,7 +100,9 @@ def train(args) -> None:
     params = trainable_upper(model, split)
     model.train()
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    examples = read_examples(args.data, tokenizer.eos_token_id, args.max_len)
+    examples = read_examples(args.data, tokenizer.eos_token_id, args.max_len, args.first)
+    if not examples:
+        raise ValueError(f"{args.data} has no training records (held-out ids and empty answers are skipped)")
     state = {"step": 0, "seen": 0, "minutes": 0.0, "epoch": 0, "args": vars(args), "examples": len(examples)}
     latest = os.path.join(args.out, "latest.pt")
     if os.path.isfile(latest):
@@ -154,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", default="smollm2-135m-instruct")
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--first", type=int, default=None, help="train on the data file's first N records")
     p.add_argument("--train-layers", type=int, default=6)
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--ar-weight", type=float, default=1.0)

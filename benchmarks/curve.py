@@ -1,0 +1,61 @@
+"""The training curve: tokens per forward of each snapshot of a MARS stage against training minutes.
+
+Every `--every`-th snapshot of `RUN/snapshots/` (and the untrained base, minute 0) decodes the
+same held-out prompts with `benchmarks.real_eval`; results go to `RUN/curve/` (resumable, like
+real_eval) and `RUN/curve/curve.json`.
+
+    python -m benchmarks.curve runs/smollm2-mars-lr1e-4 --prompts data/smollm2/dev_prompts.jsonl --limit 40
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+
+from benchmarks.real_eval import main as real_eval
+
+
+def snapshots(run: str, every: int) -> list[str]:
+    names = sorted(f for f in os.listdir(os.path.join(run, "snapshots")) if f.endswith(".pt"))
+    picked = names[every - 1::every]
+    if names and names[-1] not in picked:
+        picked.append(names[-1])
+    return [os.path.join(run, "snapshots", n) for n in picked]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("run")
+    p.add_argument("--prompts", required=True)
+    p.add_argument("--base", default="smollm2-135m-instruct")
+    p.add_argument("--limit", type=int, default=40)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--taus", default="0.95,0.9")
+    p.add_argument("--every", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=20)
+    args = p.parse_args(argv)
+    common = ["--model", args.base, "--prompts", args.prompts, "--limit", str(args.limit), "--taus", args.taus,
+              "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size)]
+    points = []
+    for snap in [None] + snapshots(args.run, args.every):
+        name = "base" if snap is None else os.path.basename(snap)[:-3]
+        out = os.path.join(args.run, "curve", name)
+        if real_eval(common + ["--out", out] + ([] if snap is None else ["--layers", snap])) != 0:
+            return 2
+        minutes = 0.0 if snap is None else torch.load(snap)["state"]["minutes"]
+        with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+        points.append({"snapshot": name, "minutes": round(minutes, 1),
+                       **{s: v["overall"]["tokens_per_forward"] for s, v in summary.items()},
+                       **{f"{s}_identical": v["overall"]["identical"] for s, v in summary.items() if s != "ar"}})
+        with open(os.path.join(args.run, "curve", "curve.json"), "w", encoding="utf-8") as f:
+            json.dump(points, f, indent=1)
+    for pt in points:
+        print(pt)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
