@@ -4,7 +4,7 @@ Every `--every`-th snapshot of `RUN/snapshots/` (and the untrained base, minute 
 same held-out prompts with `benchmarks.real_eval`; results go to `RUN/curve/` (resumable, like
 real_eval) and `RUN/curve/curve.json`.
 
-    python -m benchmarks.curve runs/smollm2-mars-lr1e-4 --prompts data/smollm2/dev_prompts.jsonl --limit 40
+    python -m benchmarks.curve runs/smollm2-mars-lr1e-4 --prompts data/smollm2/dev_prompts.jsonl 
 """
 from __future__ import annotations
 
@@ -30,11 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run")
     p.add_argument("--prompts", required=True)
     p.add_argument("--base", default="smollm2-135m-instruct")
-    p.add_argument("--limit", type=int, default=40)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--taus", default="0.95,0.9")
+    p.add_argument("--limit", type=int, default=24)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--taus", default="0.95")
     p.add_argument("--every", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=24)
     args = p.parse_args(argv)
     common = ["--model", args.base, "--prompts", args.prompts, "--limit", str(args.limit), "--taus", args.taus,
               "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size)]
