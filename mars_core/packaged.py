@@ -167,6 +167,12 @@ def names() -> tuple[str, ...]:
     return tuple(PACKAGED) + tuple(DERIVED)
 
 
+def available_names() -> tuple[str, ...]:
+    """The names that can load from this checkout: every packaged base (fetched on first use) and
+    each fine-tune whose delta the checkout carries."""
+    return tuple(PACKAGED) + tuple(n for n, (_, folder) in DERIVED.items() if (folder / "delta.safetensors").is_file())
+
+
 def is_named(name: str) -> bool:
     return name in names()
 

