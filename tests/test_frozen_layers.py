@@ -106,3 +106,15 @@ def test_an_interrupted_stage_resumes_to_the_same_weights(tmp_path, tiny_model_d
     base = load_file(os.path.join(tiny_model_dir, "model.safetensors"))
     assert all(not torch.equal(base[k], v) for k, v in once["layers"].items())  # every trained tensor moved
     assert all(k.startswith("model.layers.1.") for k in once["layers"])
+
+
+def test_delta_holds_what_moved_in_bf16():
+    from training.delta import make_delta
+
+    base = {"a": torch.ones(4, 4), "b": torch.zeros(3)}
+    trained = {"a": torch.ones(4, 4) + torch.linspace(-0.01, 0.01, 16).reshape(4, 4), "b": torch.zeros(3)}
+    delta = make_delta(trained, base)
+    assert list(delta) == ["a"] and delta["a"].dtype == torch.bfloat16  # "b" did not move
+    torch.testing.assert_close(base["a"] + delta["a"].float(), trained["a"], rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="does not"):
+        make_delta({"c": torch.ones(1)}, base)
