@@ -54,12 +54,17 @@ def read_set(kind: str, path: str, limit: int | None = None) -> list[dict]:
     return rows[:limit]
 
 
-def settings(taus: list[float], lossless: bool, block_size: int) -> dict[str, DecodeConfig]:
-    out = {"ar": DecodeConfig(mode="ar", cache="cursor")}
+def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True,
+             draft_groups: str = "all") -> dict[str, DecodeConfig]:
+    """AR, MARS at each tau, lossless MARS. Lossless carries a mask group after every possible
+    accept count ("all"): on a real model most steps reject a draft, and "last" would then have
+    no drafts for the next step (docs/lossless.md)."""
+    out = {"ar": DecodeConfig(mode="ar", cache="cursor")} if ar else {}
     for tau in taus:
         out[f"mars-{tau:g}"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor")
     if lossless:
-        out["lossless"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor")
+        out["lossless"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor",
+                                       draft_groups=draft_groups)
     return out
 
 
@@ -162,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--taus", default="1,0.95,0.9,0.8")
     p.add_argument("--no-lossless", action="store_true")
+    p.add_argument("--no-ar", action="store_true", help="skip AR (then no identity figures)")
+    p.add_argument("--draft-groups", default="all", help="lossless layout: all, last or ends")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16)
@@ -187,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     out_path = os.path.join(args.out, "outputs.jsonl")
     taus = [float(t) for t in args.taus.split(",") if t.strip()]
     with torch.inference_mode():
-        for name, config in settings(taus, not args.no_lossless, args.block_size).items():
+        for name, config in settings(taus, not args.no_lossless, args.block_size, not args.no_ar,
+                                          args.draft_groups).items():
             run_setting(model, tokenizer, name, config, prompts, out_path, args.batch_size, args.max_new_tokens,
                         log=lambda s: print(s, flush=True))
     summary = summarise(out_path)
