@@ -60,7 +60,7 @@ def build_model(args):
     if args.model:
         from mars_core.loading import load_model
 
-        model, _ = load_model(args.model, device=args.device, dtype=args.dtype)
+        model, _ = load_model(args.model, device=args.device, dtype=dtype)
         return model, args.model
     if args.config:
         try:

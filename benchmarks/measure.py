@@ -85,7 +85,7 @@ def _load_models(methods: list[Method], args) -> dict:
         if path == default and not os.path.isdir(path):
             raise ValueError(f"the default {kind} model {path!r} is not built yet: run "
                              f"`python -m training.build_default`, or pass --{kind}-model")
-        models[kind] = load_model(path, device=args.device, dtype=args.dtype)
+        models[kind] = load_model(path, device=args.device, dtype=getattr(torch, args.dtype))  # as asked, bf16 even where emulated
     return models
 
 

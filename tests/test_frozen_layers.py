@@ -6,7 +6,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mars_core.loss import IGNORE, mars_loss
-from training.frozen_layers import compact_inputs, lower_hidden, trainable_upper, upper_loss
+from training.frozen_layers import compact_inputs, lower_hidden, run_layers, trainable_upper, upper_loss
 
 MASK = 5
 
@@ -42,6 +42,28 @@ def test_compact_layout_drops_only_whole_blocks_before_the_response():
     assert c.ids[0, 12:].tolist() == list(range(10, 30))
     assert c.targets.tolist() == list(range(19, 30))
     assert c.noisy_q.tolist() == list(range(0, 11)) and c.clean_q.tolist() == list(range(12 + 8, 12 + 19))
+
+
+def test_target_distance_from_the_rule():
+    # B = 4, prompt 0..8 (last prompt token 8, in block 2 = positions 8..11), response 9..19.
+    # Query 8 is real (distance 1); 9..11 are masks in 8's block (distances 2..4); 12 is the first
+    # mask of block 3, which sees real tokens up to 11 (the clean block 2): it predicts 13,
+    # distance 2; 15 (last of block 3) predicts 16, five past 11: the B + 1 target.
+    c = compact_inputs(list(range(10, 30)), start=9, block_size=4, mask_id=MASK)
+    assert c.distance.tolist() == [1, 2, 3, 4, 2, 3, 4, 5, 2, 3, 4]
+
+
+def test_max_distance_drops_exactly_the_far_targets():
+    model = tiny_llama()
+    c = compact_inputs(list(range(10, 30)), start=9, block_size=4, mask_id=MASK)
+    hidden = lower_hidden(model, c, 2)
+    rows = model.model.norm(run_layers(model, hidden, c, model.model.layers[2:])[0, c.noisy_q])
+    ce = torch.nn.functional.cross_entropy(model.lm_head(rows), c.targets, reduction="none")
+    keep = [i for i in range(11) if i != 7]  # query 15, the one distance-5 target
+    noisy, _ = upper_loss(model, hidden, c, 2, max_distance=4)
+    torch.testing.assert_close(noisy, ce[keep].mean())
+    noisy_all, _ = upper_loss(model, hidden, c, 2)
+    torch.testing.assert_close(noisy_all, ce.mean())
 
 
 def test_gradients_reach_only_the_upper_layers():

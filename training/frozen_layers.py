@@ -30,6 +30,7 @@ class Compact(NamedTuple):
     noisy_q: torch.Tensor  # (r,) indices into m of the noisy queries that predict the response
     clean_q: torch.Tensor  # (r,) the same for the clean half
     targets: torch.Tensor  # (r,) the response token ids (EOS included when the answer ended)
+    distance: torch.Tensor  # (r,) per noisy query: its target's distance past the last real token it sees
 
 
 def compact_inputs(ids: list[int], start: int, block_size: int, mask_id: int) -> Compact:
@@ -49,6 +50,10 @@ def compact_inputs(ids: list[int], start: int, block_size: int, mask_id: int) ->
     full = mars_training_mask(n, block_size)  # (2n, 2n)
     mask = full[keep][:, keep]
     q = torch.arange(start - 1, n - 1)  # positions whose logit predicts a response token
+    # A noisy query sees real tokens up to the last prompt token when they share its block, else up
+    # to the end of the previous block (every response token is a mask in the noisy half).
+    last_real = torch.where(q < start, q, torch.where(q // block_size == (start - 1) // block_size,
+                                                       start - 1, q // block_size * block_size - 1))
     return Compact(
         ids=torch.cat([noisy[s0:], x])[None],
         pos=torch.cat([torch.arange(s0, n), torch.arange(n)])[None],
@@ -56,6 +61,7 @@ def compact_inputs(ids: list[int], start: int, block_size: int, mask_id: int) ->
         noisy_q=q - s0,
         clean_q=(n - s0) + q,
         targets=x[start:],
+        distance=q + 1 - last_real,
     )
 
 
@@ -80,13 +86,23 @@ def lower_hidden(model, c: Compact, split: int) -> torch.Tensor:
         return run_layers(model, hidden, c, model.model.layers[:split])
 
 
-def upper_loss(model, hidden: torch.Tensor, c: Compact, split: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(noisy CE, clean CE), token means over the response, from the lower layers' output."""
+def upper_loss(model, hidden: torch.Tensor, c: Compact, split: int,
+               max_distance: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(noisy CE, clean CE), token means over the response, from the lower layers' output.
+
+    `max_distance` (None: every target, as the paper's code) keeps only the noisy targets at most
+    that far past the last real token. Decoding with block size B reads distances 1..B; the
+    paper's loss also trains each block's last mask on the next block's first token, B + 1 away,
+    a prediction inference never reads and the hardest one in the block."""
     hidden = run_layers(model, hidden, c, model.model.layers[split:])
     rows = torch.cat([c.noisy_q, c.clean_q])
     logits = model.lm_head(model.model.norm(hidden[0, rows])).float()  # (2r, V)
     r = len(c.targets)
-    noisy = F.cross_entropy(logits[:r], c.targets)
+    if max_distance is None:
+        noisy = F.cross_entropy(logits[:r], c.targets)
+    else:
+        keep = c.distance <= max_distance
+        noisy = F.cross_entropy(logits[:r][keep], c.targets[keep])
     clean = F.cross_entropy(logits[r:], c.targets)
     return noisy, clean
 

@@ -113,7 +113,14 @@ def train(args) -> None:
         print(f"resumed at step {state['step']} ({state['minutes']:.1f} min)", flush=True)
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "args.json"), vars(args))
-    cache = LowerCache(model, split, args.block_size, tokenizer.mask_token_id, os.path.join(args.out, "lower"))
+    cache = LowerCache(model, split, args.block_size, tokenizer.mask_token_id, args.lower or os.path.join(args.out, "lower"))
+    if args.build_cache:
+        for i, ex in enumerate(examples):
+            cache.get(ex)
+            cache.memory.clear()
+            if (i + 1) % 50 == 0:
+                print(f"lower cache {i + 1}/{len(examples)}", flush=True)
+        return
     total_steps = math.ceil(args.epochs * len(examples) / args.accum)
     began, spent_before, last_snap = time.time(), state["minutes"], state["minutes"]
     log = open(os.path.join(args.out, "log.jsonl"), "a", encoding="utf-8")
@@ -126,7 +133,7 @@ def train(args) -> None:
         sums = [0.0, 0.0]
         for ex in batch:
             c, hidden = cache.get(ex)
-            noisy, clean = upper_loss(model, hidden, c, split)
+            noisy, clean = upper_loss(model, hidden, c, split, args.max_distance)
             ((noisy + args.ar_weight * clean) / len(batch)).backward()
             sums[0] += noisy.item() / len(batch)
             sums[1] += clean.item() / len(batch)
@@ -165,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=float, default=3.0)
     p.add_argument("--accum", type=int, default=8, help="examples per optimizer step")
     p.add_argument("--max-len", type=int, default=448)
+    p.add_argument("--max-distance", type=int, default=None,
+                   help="train only noisy targets at most this far past the last real token (block_size: those decoding reads)")
+    p.add_argument("--lower", default=None, help="folder of the frozen layers' outputs (default OUT/lower; runs with the same data and layers may share one)")
+    p.add_argument("--build-cache", action="store_true", help="compute the frozen layers' outputs of every example, then stop")
     p.add_argument("--minutes", type=float, default=150.0, help="stop this stage after so many minutes")
     p.add_argument("--max-steps", type=int, default=None, help="stop this stage at this optimizer step")
     p.add_argument("--snapshot-minutes", type=float, default=10.0)
