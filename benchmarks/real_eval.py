@@ -31,8 +31,9 @@ from mars_core.generate import decode_steps
 from mars_core.prompts import encode_prompt
 
 
-def read_set(kind: str, path: str, limit: int | None = None) -> list[dict]:
-    """`{"id", "category", "prompt"}` records of one of the three formats."""
+def read_set(kind: str, path: str, limit: int | None = None, per_category: int | None = None) -> list[dict]:
+    """`{"id", "category", "prompt"}` records of one of the three formats: the first `limit`, or the
+    first `per_category` of each category (a Spec-Bench sweep in stages, every category in each)."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -51,6 +52,14 @@ def read_set(kind: str, path: str, limit: int | None = None) -> list[dict]:
                                  "answers": r.get("answers")})
             except (ValueError, KeyError, TypeError, IndexError) as e:
                 raise ValueError(f"{path}:{number}: not a {kind} record ({type(e).__name__}: {e})") from None
+    if per_category is not None:
+        seen: dict[str, int] = defaultdict(int)
+        kept = []
+        for r in rows:
+            seen[r["category"]] += 1
+            if seen[r["category"]] <= per_category:
+                kept.append(r)
+        rows = kept
     return rows[:limit]
 
 
@@ -173,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--per-category", type=int, default=None, help="only the first N prompts of each category")
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
     if args.threads:
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     kind, path = next((k, v) for k, v in (("spec-bench", args.spec_bench), ("self-instruct", args.self_instruct),
                                           ("ours", args.prompts)) if v)
     try:
-        prompts = read_set(kind, path, args.limit)
+        prompts = read_set(kind, path, args.limit, args.per_category)
         model, tokenizer = load_model(args.model, dtype="float32")
     except (ValueError, OSError) as e:
         print(f"error: {e}")

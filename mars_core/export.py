@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from . import packaged
 from .export_card import method_card, model_card
 from .export_method import write_method
 from .loading import ALIASES, load_tokenizer, trained_block_size
@@ -48,6 +49,8 @@ def export(src: str | os.PathLike, out: str | os.PathLike, *, block_size: int | 
     """Write the Hub-ready folder for the checkpoint folder `src` to `out`; returns a summary
     (the notes say what was rewritten). `repo_id` (default: OUT's name) is what the card's usage
     loads. Raises ValueError on anything that would not load."""
+    if packaged.is_named(str(src)) and not Path(src).exists():
+        src = packaged.ensure_named(str(src))  # a named real model: its cached folder, made on first use
     src, out = Path(src).expanduser().resolve(), Path(out).expanduser().resolve()
     if not (src / "config.json").is_file():
         raise ValueError(f"{src} is not a model folder: it has no config.json")
@@ -241,7 +244,8 @@ def _replace(tmp: Path, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mars_core.export", description=__doc__.split("\n\n")[0])
-    ap.add_argument("src", nargs="?", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
+    ap.add_argument("src", nargs="?", help="checkpoint folder (config.json, *.safetensors, tokenizer), or a name of "
+                                           "mars_core.packaged (e.g. smollm2-135m-mars)")
     ap.add_argument("out", help="the folder to write")
     ap.add_argument("--block-size", type=int, default=None, help="MARS block size (default: the training record's, else 4)")
     ap.add_argument("--tau", type=float, default=0.95, help="default acceptance threshold (0.95)")

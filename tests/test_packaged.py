@@ -135,3 +135,19 @@ def test_a_derived_name_without_its_delta_says_so(tiny_registry, tmp_path, monke
     monkeypatch.setitem(packaged.DERIVED, "tiny-derived", ("tiny-packaged", tmp_path / "nothing"))
     with pytest.raises(ValueError, match="not in this checkout"):
         load_model("tiny-derived")
+
+
+def test_export_takes_a_name(tiny_registry, tmp_path):
+    """`python -m mars_core.export NAME OUT`: the named model's folder, made on first use, exported
+    with its mask token where the tokenizer keeps it (the packaged spec's special token)."""
+    import json
+
+    from mars_core.export import main as export_main
+
+    out = tmp_path / "hub"
+    assert export_main(["tiny-packaged", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "llama"
+    _, tok = load_model("tiny-packaged")
+    assert config["pard_token"] == tok.convert_tokens_to_ids("<empty_output>")
+    assert (out / "custom_generate" / "generate.py").is_file()

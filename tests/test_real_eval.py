@@ -44,6 +44,13 @@ def test_summary_per_category_against_ar(tmp_path):
     assert "| math | 0.67 | 2.00 (0%) |" in table(s)
 
 
+def test_per_category_keeps_the_first_n_of_each_category_in_file_order(tmp_path):
+    cats = ["a", "a", "a", "b", "a", "b", "b", "c"]
+    _write(tmp_path / "sb.jsonl", [{"question_id": i, "category": c, "turns": [f"Q{i}"]} for i, c in enumerate(cats)])
+    got = read_set("spec-bench", str(tmp_path / "sb.jsonl"), per_category=2)
+    assert [r["id"] for r in got] == [0, 1, 3, 5, 7]
+
+
 def test_read_set_formats_and_a_bad_line(tmp_path):
     _write(tmp_path / "sb.jsonl", [{"question_id": 3, "category": "qa", "turns": ["Q1", "Q2"]}])
     assert read_set("spec-bench", str(tmp_path / "sb.jsonl")) == [{"id": 3, "category": "qa", "prompt": "Q1"}]
