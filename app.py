@@ -27,6 +27,7 @@ from playground import style, tab_batch, tab_frontier, tab_how, tab_models, tab_
 from playground import tab_under_load  # noqa: E402
 from playground.core import AppOptions, Core  # noqa: E402
 from playground.models import BUNDLED_AR, BUNDLED_MARS, scrub  # noqa: E402
+from playground.real_pair import RealPair  # noqa: E402
 from playground.ui import UI  # noqa: E402
 
 try:  # ZeroGPU on Hugging Face Spaces; a no-op everywhere else
@@ -70,6 +71,8 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
     opts = replace(options or AppOptions(), **overrides)
     mars_src, ar_src = resolve_defaults(mars_path, ar_path)
     core = Core(mars_src, ar_src, opts, quantization=quantization or os.environ.get("MARS_QUANTIZATION", "none"))
+    if opts.real_pair and mars_src == BUNDLED_MARS and RealPair.offered():
+        core.real = RealPair(core.store, quantization=core.quantization).start()
     with gr.Blocks(title="MARS Playground", analytics_enabled=False) as demo:
         ui = UI(core)
         # ZeroGPU holds a GPU for `duration` s per call: a decode stops itself after max_seconds
@@ -83,9 +86,28 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
             tab_under_load.add_tab(ui)
             tab_how.add_tab(ui)
             tab_models.add_tab(ui, status)  # last: it refreshes what the others registered
+        _wire_page_load(demo, ui, status)
     demo.queue(max_size=opts.max_queue, default_concurrency_limit=opts.concurrency_limit)
     demo.core, demo.tabs = core, ui.tabs
     return demo
+
+
+def _wire_page_load(demo: gr.Blocks, ui: UI, status: gr.Markdown) -> None:
+    """A page that opens gets the default pair of that moment (the real pair once it is ready), and
+    while the real pair is prepared, its progress line in the status, refreshed every few seconds."""
+    core = ui.core
+    if core.real is None:
+        return
+
+    def page_load(session, request: gr.Request = None):
+        core.page_defaults(session)
+        core.sessions.remember(getattr(request, "session_hash", None), session)
+        return (core.model_status(session), *ui.model_hook_values(session))
+
+    demo.load(page_load, [ui.session], [status, *ui.model_hook_outputs()], queue=False, api_visibility="private")
+    timer = gr.Timer(3.0, active=core.real.state in ("waiting", "preparing"))
+    timer.tick(lambda session: (core.model_status(session), gr.Timer(active=core.real.state == "preparing")),
+               [ui.session], [status, timer], queue=False, show_progress="hidden", api_visibility="private")
 
 
 def launch(demo: gr.Blocks, **kwargs):
@@ -109,7 +131,7 @@ def main(argv: list[str]) -> int:
               "or pass a model folder / hub id: python app.py FOLDER", file=sys.stderr)
         return 2
     try:
-        demo = build_app(name)
+        demo = build_app(name, real_pair=True)
     except ValueError as e:
         print(f"error: {scrub(str(e))}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ class AppOptions:
     device: str | None = None
     models_dir: str | None = None  # folder of models users may pick (default: $MARS_MODELS_DIR)
     allow_hub: bool = True  # users may load hub ids (owner/name)
+    real_pair: bool = False  # prepare the real pair in the background (playground.real_pair); app.py turns it on
 
 
 class Core:
@@ -46,6 +47,13 @@ class Core:
         self.sessions = SessionRegistry()
         self.catalog = Catalog([mars_source, self.ar_source], self.opts.models_dir, self.opts.allow_hub)
         self._vocab_same: dict[tuple[int, int], bool] = {}
+        self.real = None  # a playground.real_pair.RealPair when the app prepares the real pair
+
+    def page_defaults(self, session: Session) -> None:
+        """On page load: a session that has not chosen models starts on the real pair once it is ready."""
+        if self.real is not None and self.real.ready and session.mars_source is None:
+            session.mars_source, session.ar_source = self.real.mars, self.real.ar
+            session.quantization = self.real.quantization
 
     def models_for(self, session: Session | None) -> tuple[Loaded, Loaded | None]:
         if session is None or session.mars_source is None:
@@ -76,5 +84,12 @@ class Core:
     def model_status(self, session: Session | None = None) -> str:
         mars, ar = self.models_for(session)
         dev = str(next(mars.model.parameters()).device)
-        return (f"**MARS model:** `{mars.name}` · **AR baseline:** `{ar.name if ar else '(none: MARS at 1 token/step)'}`"
-                f" · quantization: {mars.quantization} · device: {dev}")
+        dtype = str(next(mars.model.parameters()).dtype).replace("torch.", "")
+        line = (f"**MARS model:** `{mars.name}` · **AR baseline:** `{ar.name if ar else '(none: MARS at 1 token/step)'}`"
+                f" · quantization: {mars.quantization} · device: {dev} · {dtype}")
+        note = getattr(mars.model, "mars_dtype_note", None)
+        if note:
+            line += f"  \n{note}"
+        if self.real is not None and mars.source != self.real.mars:
+            line += f"  \n{self.real.message}"
+        return line

