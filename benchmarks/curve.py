@@ -35,9 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--taus", default="0.95")
     p.add_argument("--every", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=24)
+    p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
     common = ["--model", args.base, "--prompts", args.prompts, "--limit", str(args.limit), "--taus", args.taus,
               "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size)]
+    common += ["--threads", str(args.threads)] if args.threads else []
     points = []
     for snap in [None] + snapshots(args.run, args.every):
         name = "base" if snap is None else os.path.basename(snap)[:-3]

@@ -42,14 +42,15 @@ def read_set(kind: str, path: str, limit: int | None = None, per_category: int |
             try:
                 r = json.loads(line)
                 if kind == "spec-bench":
-                    rows.append({"id": r["question_id"], "category": r["category"], "prompt": r["turns"][0]})
+                    rows.append({"id": r["question_id"], "category": r["category"], "prompt": r["turns"][0],
+                                 **gsm8k_answer(r.get("reference"))})
                 elif kind == "self-instruct":
                     inp = (r.get("instances") or [{}])[0].get("input", "").strip()
                     rows.append({"id": r["id"], "category": "self-instruct",
                                  "prompt": r["instruction"] + ("\n\n" + inp if inp else "")})
                 else:
                     rows.append({"id": r["id"], "category": r.get("category", "ours"), "prompt": r["prompt"],
-                                 "answers": r.get("answers")})
+                                 "answers": r.get("answers"), "rule": r.get("rule", "contains")})
             except (ValueError, KeyError, TypeError, IndexError) as e:
                 raise ValueError(f"{path}:{number}: not a {kind} record ({type(e).__name__}: {e})") from None
     if per_category is not None:
@@ -77,9 +78,24 @@ def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True
     return out
 
 
-def is_correct(text: str, answers: list[str]) -> bool:
-    """Does `text` contain one of `answers`? A number must stand alone ("0" is not found in "10");
-    words are matched case-insensitively."""
+def gsm8k_answer(reference) -> dict:
+    """Spec-Bench's math_reasoning questions are GSM8K's, with the worked answer as `reference`
+    ("... #### 1000"): its final number, scored by the last number of the output."""
+    text = reference[0] if isinstance(reference, list) and reference else reference
+    m = re.search(r"####\s*(-?[\d,]*\.?\d+)\s*$", text) if isinstance(text, str) else None
+    return {"answers": [m.group(1).replace(",", "")], "rule": "last-number"} if m else {}
+
+
+def is_correct(text: str, answers: list[str], rule: str = "contains") -> bool:
+    """rule "contains": does `text` contain one of `answers`? A number must stand alone ("0" is not
+    found in "10"); words are matched case-insensitively. rule "last-number": is the last number of
+    `text` (commas dropped) equal to one of `answers` (GSM8K's scoring)?"""
+    if rule == "last-number":
+        numbers = re.findall(r"-?\d[\d,]*\.?\d*", text)
+        if not numbers:
+            return False
+        last = numbers[-1].replace(",", "").rstrip(".")
+        return any(float(last) == float(a) for a in answers)
     for a in answers:
         pattern = rf"(?<![\d.]){re.escape(a)}(?!\d)" if a.isdigit() else re.escape(a)
         if re.search(pattern, text, flags=re.IGNORECASE):
@@ -109,7 +125,8 @@ def run_setting(model, tokenizer, name: str, config: DecodeConfig, prompts: list
                 rec = {"setting": name, "id": p["id"], "category": p["category"], "prompt_tokens": len(ids),
                        "tokens": len(rows.out[j]), "forwards": max(forwards, 1), "ids": rows.out[j]}
                 if p.get("answers"):
-                    rec["correct"] = is_correct(tokenizer.decode(rows.out[j], skip_special_tokens=True), p["answers"])
+                    rec["correct"] = is_correct(tokenizer.decode(rows.out[j], skip_special_tokens=True), p["answers"],
+                                                p.get("rule", "contains"))
                 f.write(json.dumps(rec) + "\n")
         log(f"{name}: {i + len(chunk)}/{len(encoded)} ({time.time() - start:.0f} s)")
 

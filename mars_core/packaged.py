@@ -13,6 +13,7 @@ delta never carries a new row.
 """
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import json
 import os
@@ -185,9 +186,17 @@ def ensure_named(name: str, root: Path | None = None) -> Path:
     return ensure_packaged(name, root)
 
 
+def _copy_described(delta_folder: Path, out: Path) -> None:
+    """The files that describe a fine-tune (its card, training record, evaluation) into its folder."""
+    for f in delta_folder.iterdir():
+        if f.suffix in (".md", ".json") and not ((out / f.name).is_file() and filecmp.cmp(f, out / f.name, shallow=False)):
+            shutil.copy(f, out / f.name)
+
+
 def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None = None) -> Path:
     """base + delta: every tensor of `delta_folder/delta.safetensors` is added to the base's tensor
-    of that name (in fp32), the rest is the base's. Remade whenever the delta file changes."""
+    of that name (in fp32), the rest is the base's. Remade whenever the delta file changes; the
+    card and other .md/.json files of `delta_folder` are copied again whenever they differ."""
     from safetensors.torch import load_file, save_file
 
     delta_file = Path(delta_folder) / "delta.safetensors"
@@ -197,6 +206,7 @@ def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None 
     stamp = sha256_of(delta_file)
     try:
         if json.loads((out / "source.json").read_text()).get("delta_sha256") == stamp:
+            _copy_described(Path(delta_folder), out)
             return out
     except (OSError, ValueError):
         pass
@@ -212,9 +222,7 @@ def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None 
         for f in base.iterdir():
             if f.name not in ("model.safetensors", "source.json"):
                 shutil.copy(f, tmp / f.name)
-        for f in Path(delta_folder).iterdir():
-            if f.suffix in (".md", ".json"):
-                shutil.copy(f, tmp / f.name)
+        _copy_described(Path(delta_folder), tmp)
         save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
         (tmp / "source.json").write_text(json.dumps({"base": base.name, "delta_sha256": stamp, "format": FORMAT}))
         if out.exists():

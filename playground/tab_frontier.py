@@ -36,6 +36,12 @@ class FrontierTab:
         from tasks.synthetic import make_examples
         from training.evaluate import summary_table, sweep
 
+        from .scope import REAL_DATA, training_data
+
+        mars, _ = self.core.models_for(session)
+        if training_data(mars) == REAL_DATA:  # synthetic problems mean nothing to a chat model
+            raise gr.Error(f"A new sweep runs on the synthetic arithmetic task, which {mars.name} was not trained on; "
+                           "its sweep above was measured on Spec-Bench and known-answer questions (model card).")
         n = as_int("problems", n, 1, self.opts.frontier_max_n)
         tau_list = parse_taus(taus)
         block_size = as_int("block size", block_size, 1, self.opts.max_block_size)

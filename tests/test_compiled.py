@@ -233,3 +233,17 @@ def test_compiled_with_inductor(tokenizer):
         eager, compiled = both(m, tokenizer, prompts, mode=mode, tau=0.5, max_new_tokens=24)
         same(eager, compiled)
     dc.release_buffers(m)
+
+
+def test_tau_one_is_ar_in_bfloat16_on_every_path(tokenizer, uncompiled):
+    """The real pair runs in bf16 where a CPU has it: tau = 1 must stay AR decoding token for token
+    there too, eager cursor and static path alike (a Llama, as the real model)."""
+    model = make_model("llama", len(tokenizer), seed=2).to(torch.bfloat16)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    ref = generate(model, tokenizer, BATCH, DecodeConfig(mode="ar", cache="none", max_new_tokens=20))
+    assert ref.stats.tokens > 0
+    for kw in (dict(cache="cursor"), dict(cache="cursor", compile=True), dict(cache="sliding")):
+        ar = generate(model, tokenizer, BATCH, DecodeConfig(mode="ar", max_new_tokens=20, **kw))
+        mars = generate(model, tokenizer, BATCH, DecodeConfig(tau=1.0, max_new_tokens=20, **kw))
+        assert ar.token_ids == ref.token_ids == mars.token_ids, kw
+

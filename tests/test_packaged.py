@@ -127,6 +127,10 @@ def test_a_derived_name_is_the_base_plus_its_delta(tiny_registry, tmp_path, monk
     assert tok.mask_token == "<empty_output>"
     made = tmp_path / "cache" / "models" / "tiny-derived"
     assert (made / "README.md").read_text() == "card"
+    (folder / "README.md").write_text("a new card")  # the card follows without a rebuild
+    (folder / "eval.json").write_text("{}")
+    load_model("tiny-derived")
+    assert (made / "README.md").read_text() == "a new card" and (made / "eval.json").is_file()
     save_file({key: delta * 2}, folder / "delta.safetensors")  # a new delta is picked up
     torch.testing.assert_close(load_model("tiny-derived")[0].state_dict()[key], base.state_dict()[key] + 0.5)
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from benchmarks.real_eval import first_difference, is_correct, main, read_set, summarise, table
+from benchmarks.real_eval import first_difference, gsm8k_answer, is_correct, main, read_set, summarise, table
 
 
 def _write(path, rows):
@@ -24,6 +24,17 @@ def test_is_correct_matches_numbers_alone_and_words_in_any_case():
     assert not is_correct("It is 142 or 420.", ["42"])
     assert not is_correct("10 degrees", ["0"]) and is_correct("0°C", ["0"])
     assert is_correct("the capital is paris", ["Paris"])
+
+
+def test_gsm8k_answers_score_the_last_number():
+    ref = ["He pays 400*.5=$<<400*.5=200>>200 more\nSo it cost 600+400=$<<600+400=1000>>1000 in total.\n#### 1,000"]
+    assert gsm8k_answer(ref) == {"answers": ["1000"], "rule": "last-number"}
+    assert gsm8k_answer(["An essay with no final line."]) == {} and gsm8k_answer(None) == {}
+    rule = "last-number"
+    assert is_correct("200 more, so 1,000 in total.", ["1000"], rule)
+    assert not is_correct("It costs 1000, not counting the 200 extra.", ["1000"], rule)  # contains, but not last
+    assert is_correct("The answer is 12.5.", ["12.5"], rule) and is_correct("-3", ["-3"], rule)
+    assert not is_correct("no number here", ["3"], rule)
 
 
 def test_summary_per_category_against_ar(tmp_path):

@@ -154,7 +154,8 @@ def frontier_figure(result: dict) -> go.Figure:
         mode = "markers+text" if len(runs) == 1 else "lines+markers+text"
         fig.add_scatter(x=x, y=[100 * r["accuracy"] for r in runs], text=text, textposition="top center",
                         mode=mode, name=key, legendgroup=key, row=1, col=1)
-        fig.add_scatter(x=x, y=[r["tokens_per_second"] for r in runs], text=text, textposition="top center",
+        # a precomputed sweep of a real model may carry no tokens/s (measured apart, side by side)
+        fig.add_scatter(x=x, y=[r.get("tokens_per_second") for r in runs], text=text, textposition="top center",
                         mode=mode, name=key, legendgroup=key, showlegend=False, row=1, col=2)
     fig.update_xaxes(title_text="tokens per forward")
     fig.update_yaxes(title_text="exact-answer accuracy (%)", row=1, col=1)
@@ -183,6 +184,10 @@ def write_frontier(result: dict, output_dir: str) -> dict:
     return paths
 
 
+def _per_second(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def summary_table(result: dict) -> str:
     """A markdown table of the runs."""
     lines = ["| model | mode | B | tau | accuracy | T/F | tokens/s | = AR |", "|---|---|---|---|---|---|---|---|"]
@@ -190,7 +195,7 @@ def summary_table(result: dict) -> str:
         tau = "-" if r["mode"] == "ar" else f"{r['tau']}"
         same = f"{100 * r['matches_ar']:.0f}%" if "matches_ar" in r else "-"
         lines.append(f"| {r['model']} | {r['mode']} | {r['block_size']} | {tau} | {100 * r['accuracy']:.1f}% "
-                     f"| {r['tokens_per_forward']:.2f} | {r['tokens_per_second']:.0f} | {same} |")
+                     f"| {r['tokens_per_forward']:.2f} | {_per_second(r.get('tokens_per_second'))} | {same} |")
     return "\n".join(lines)
 
 

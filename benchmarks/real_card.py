@@ -1,0 +1,169 @@
+"""The card of the real MARS model (assets/models/smollm2-135m-mars/), written from what was measured.
+
+Reads the training run (its args, log and curve) and the `benchmarks.real_eval` folders of the
+evaluations, and writes next to the delta: `README.md` (the model card), `training_config.json`
+(the recipe) and `eval.json` (the known-answer and GSM8K sweep the playground's Frontier tab
+draws). Nothing is typed in: a figure that was not measured is absent from the card.
+
+    python -m benchmarks.real_card --run runs/main --self-instruct runs/eval-si --spec-bench runs/eval-sb \
+        --known runs/eval-known --known-base runs/eval-known-base --out assets/models/smollm2-135m-mars
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from benchmarks.real_eval import table
+
+def _read(path: str | None):
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f) if path.endswith(".json") else [json.loads(line) for line in f if line.strip()]
+
+
+def _summary(folder: str | None) -> dict | None:
+    return _read(os.path.join(folder, "summary.json")) if folder else None
+
+
+def _tau(setting: str) -> float | None:
+    return float(setting[len("mars-"):]) if setting.startswith("mars-") else None
+
+
+def frontier(known: dict | None, known_base: dict | None, spec: dict | None, model: str) -> dict | None:
+    """eval.json: accuracy against tokens per forward for each setting (known answers and
+    GSM8K-style math_reasoning pooled), in the runs format `training.evaluate` writes."""
+    sets = [(known, "known-answers"), (spec, "math_reasoning")]
+    runs = []
+
+    def pooled(summary_sets, setting):
+        got = [(s[setting][c]) for s, c in summary_sets if s and setting in s and c in s[setting]
+               and "accuracy" in s[setting][c]]
+        if not got:
+            return None
+        n = sum(g["n"] for g in got)
+        return {"n": n, "accuracy": round(sum(g["accuracy"] * g["n"] for g in got) / n, 4),
+                "tokens_per_forward": round(sum(g["tokens_per_forward"] * g["n"] for g in got) / n, 3)}
+
+    if known_base and "ar" in known_base:
+        p = pooled([(known_base, "known-answers")], "ar")
+        if p:
+            runs.append({"model": "smollm2-135m-instruct", "mode": "ar", "tau": 1.0, "block_size": 1,
+                         "tokens_per_second": None, **p})
+    for setting in (known or {}):
+        p = pooled(sets, setting)
+        if p is None:
+            continue
+        mode = "ar" if setting == "ar" else "lossless" if setting == "lossless" else "mars"
+        runs.append({"model": model, "mode": mode, "tau": _tau(setting) if mode == "mars" else 1.0,
+                     "block_size": 1 if mode == "ar" else 4, "tokens_per_second": None, **p})
+    if not runs:
+        return None
+    n = max(r["n"] for r in runs)
+    return {"n": n, "split": "known answers + Spec-Bench math_reasoning", "runs": runs}
+
+
+def curve_table(points: list[dict] | None) -> str:
+    if not points:
+        return "(no curve measured)"
+    cols = [k for k in points[0] if k not in ("snapshot", "minutes") and not k.endswith("_identical")]
+    lines = ["| snapshot | training minutes | " + " | ".join(cols) + " |", "|---|---:|" + "---:|" * len(cols)]
+    for p in points:
+        cells = []
+        for c in cols:
+            same = p.get(f"{c}_identical")
+            cells.append(f"{p[c]:.3f}" + ("" if same is None else f" ({same:.0%})"))
+        lines.append(f"| {p['snapshot']} | {p['minutes']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def accuracy_table(summary: dict | None, category: str, base: dict | None = None) -> str:
+    if not summary:
+        return "(not measured)"
+    lines = ["| model | decoding | accuracy | tokens per forward | identical to its AR |", "|---|---|---:|---:|---:|"]
+    if base and "ar" in base and category in base["ar"]:
+        m = base["ar"][category]
+        lines.append(f"| base | AR | {m['accuracy']:.1%} | {m['tokens_per_forward']:.2f} | - |")
+    for s, cats in summary.items():
+        m = cats.get(category)
+        if m and "accuracy" in m:
+            same = "-" if s == "ar" or m["identical"] is None else f"{m['identical']:.0%}"
+            lines.append(f"| MARS fine-tune | {s} | {m['accuracy']:.1%} | {m['tokens_per_forward']:.2f} | {same} |")
+    return "\n".join(lines)
+
+
+def divergence_line(summary: dict | None) -> str:
+    if not summary:
+        return ""
+    parts = [f"{s}: {v['overall']['first_difference']}" for s, v in summary.items()
+             if s != "ar" and v["overall"].get("first_difference") is not None]
+    return ("Mean position of the first token that differs from AR, among outputs that differ: "
+            + ", ".join(parts) + ".") if parts else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, help="the training run (args.json, log.jsonl, curve/curve.json)")
+    for name in ("self-instruct", "spec-bench", "known", "known-base"):
+        p.add_argument(f"--{name}", default=None, help="a benchmarks.real_eval output folder")
+    p.add_argument("--intro", required=True, help="a markdown file: the card's prose (what, how, limits)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    targs = _read(os.path.join(args.run, "args.json")) or {}
+    log = _read(os.path.join(args.run, "log.jsonl")) or []
+    curve = _read(os.path.join(args.run, "curve", "curve.json"))
+    si, sb = _summary(args.self_instruct), _summary(args.spec_bench)
+    known, known_base = _summary(args.known), _summary(args.known_base)
+    with open(args.intro, encoding="utf-8") as f:
+        intro = f.read().strip()
+    last = log[-1] if log else {}
+    body = [intro, "",
+            "## Training (measured)", "",
+            f"{last.get('step', '?')} optimizer steps of {targs.get('accum', '?')} examples, "
+            f"{last.get('minutes', '?')} training minutes on 1 thread of a 2-core AVX2 CPU; top "
+            f"{targs.get('train_layers', '?')} layers train, lr {targs.get('lr', '?')} (cosine), ar_weight "
+            f"{targs.get('ar_weight', '?')}, block size {targs.get('block_size', '?')}, max distance "
+            f"{targs.get('max_distance', '-')}. Final loss (mean of the last 10 steps): noisy "
+            f"{sum(r['noisy'] for r in log[-10:]) / max(1, len(log[-10:])):.2f}, clean "
+            f"{sum(r['clean'] for r in log[-10:]) / max(1, len(log[-10:])):.2f}.", "",
+            "### Training curve", "",
+            "Tokens per forward on 24 held-out prompts of ours (96 new tokens, greedy), in brackets the "
+            "share of outputs identical to the same weights' AR output:", "", curve_table(curve), ""]
+    if si:
+        n = si.get("ar", next(iter(si.values())))["overall"]["n"]
+        body += ["## Held-out prompts: self-instruct's user-oriented instructions", "",
+                 f"{n} prompts (yizhongw/self-instruct, `human_eval/user_oriented_instructions.jsonl`), greedy. "
+                 "Cells: mean tokens per forward (share identical to this model's AR output).", "",
+                 table(si), "", divergence_line(si), ""]
+    if sb:
+        n = sb.get("ar", next(iter(sb.values())))["overall"]["n"]
+        body += ["## Spec-Bench", "",
+                 f"{n} prompts of Spec-Bench (hemingkx/Spec-Bench, Apache-2.0; the first turn of each question), "
+                 "greedy, max_new_tokens 256. Cells: mean accepted tokens per forward (share of outputs identical "
+                 "to this model's AR output).", "", table(sb), "", divergence_line(sb), ""]
+    body += ["## Quality where it can be checked", "",
+             "Known answers (40 short factual and arithmetic questions of ours, `benchmarks/data/known_answers.jsonl`; "
+             "correct when the answer appears as a word or a stand-alone number):", "",
+             accuracy_table(known, "known-answers", known_base), "",
+             "GSM8K-style `math_reasoning` of Spec-Bench (correct when the output's last number is the reference's):",
+             "", accuracy_table(sb, "math_reasoning"), ""]
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "README.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(body).rstrip() + "\n")
+    recipe = {k: v for k, v in targs.items() if k not in ("out", "lower", "threads", "build_cache")}
+    config = {"status": "finished", "stage": "mars",
+              "args": {**recipe, "stage": "mars", "data_file": targs.get("data"), "data": "smollm2-self-distilled"},
+              "steps": last.get("step"), "minutes": last.get("minutes")}
+    with open(os.path.join(args.out, "training_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    result = frontier(known, known_base, sb, os.path.basename(os.path.normpath(args.out)))
+    if result:
+        with open(os.path.join(args.out, "eval.json"), "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    print(f"card -> {os.path.join(args.out, 'README.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
