@@ -178,6 +178,14 @@ def is_named(name: str) -> bool:
     return name in names()
 
 
+def described_folder(name: str, root: Path | None = None) -> Path:
+    """Where a named model's card, training record and eval.json are read without fetching
+    anything: a fine-tune's assets folder in the checkout, a base's converted folder."""
+    if name in DERIVED:
+        return DERIVED[name][1]
+    return (root or cache_root()) / "models" / name
+
+
 def ensure_named(name: str, root: Path | None = None) -> Path:
     """The local folder behind a model name of `names()`, made on first use."""
     if name in DERIVED:

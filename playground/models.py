@@ -130,12 +130,19 @@ class Loaded:
         """The block size the MARS stage used, when the checkpoint records it."""
         return trained_block_size(self.source)
 
+    def folder(self) -> str | None:
+        """The folder that describes the model (card, training record, eval.json): the source
+        folder, a named model's described folder, None for a hub id."""
+        if packaged.is_named(self.source):
+            return str(packaged.described_folder(self.source))
+        return self.source if is_local(self.source) else None
+
     def eval_json(self) -> dict | None:
         """The model card's precomputed sweep (`eval.json` in the folder), or None."""
-        if not is_local(self.source):
+        if self.folder() is None:
             return None
         try:
-            with open(os.path.join(self.source, "eval.json"), encoding="utf-8") as f:
+            with open(os.path.join(self.folder(), "eval.json"), encoding="utf-8") as f:
                 data = json.load(f)
             return data if isinstance(data, dict) and data.get("runs") else None
         except (OSError, ValueError):

@@ -6,7 +6,7 @@ import html
 import json
 import os
 
-from .models import Loaded, is_local
+from .models import Loaded
 
 REAL_DATA = "smollm2-self-distilled"  # the real fine-tune's training record (assets/models/smollm2-135m-mars)
 FAMILIES = (
@@ -18,10 +18,10 @@ FAMILIES = (
 
 def training_data(loaded: Loaded) -> str | None:
     """The `data` field of the folder's training record ("synthetic", a file name…), or None."""
-    if not is_local(loaded.source):
+    if loaded.folder() is None:
         return None
     try:
-        with open(os.path.join(loaded.source, "training_config.json"), encoding="utf-8") as f:
+        with open(os.path.join(loaded.folder(), "training_config.json"), encoding="utf-8") as f:
             return json.load(f).get("args", {}).get("data")
     except (OSError, ValueError, AttributeError):
         return None

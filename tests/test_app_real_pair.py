@@ -100,3 +100,24 @@ def test_app_prepares_the_pair_only_on_the_bundled_defaults(pair, monkeypatch):
     demo = app.build_app(real_pair=True)  # python app.py: the bundled pair, and the real one prepared
     assert demo.core.real is not None and started == [demo.core.real]
     assert demo.core.mars.name == "tiny-mars-b4"
+
+
+def test_a_named_model_is_described_by_its_assets_folder(tmp_path, monkeypatch):
+    """The real fine-tune's card, training record and sweep are read from the checkout's folder
+    for that name, not from a path named like it (there is none), and nothing is fetched."""
+    import json
+
+    from mars_core import packaged
+    from playground.models import Loaded
+    from playground.scope import REAL_DATA, training_data
+
+    sweep = {"n": 2, "runs": [{"model": "m", "mode": "ar", "tau": 1.0, "block_size": 1, "accuracy": 0.5,
+                               "tokens_per_forward": 1.0, "tokens_per_second": None}]}
+    (tmp_path / "eval.json").write_text(json.dumps(sweep))
+    (tmp_path / "training_config.json").write_text(json.dumps({"args": {"data": REAL_DATA}}))
+    monkeypatch.setitem(packaged.DERIVED, "x-mars", ("smollm2-135m-instruct", tmp_path))
+    monkeypatch.chdir(tmp_path.parent)
+    loaded = Loaded(model=None, tokenizer=None, source="x-mars", quantization="none", name="x-mars")
+    assert loaded.eval_json() == sweep and training_data(loaded) == REAL_DATA
+    from training.evaluate import summary_table
+    assert "| - |" in summary_table(sweep)  # no tokens/s measured: a dash, not a crash
