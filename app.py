@@ -131,7 +131,8 @@ def main(argv: list[str]) -> int:
               "or pass a model folder / hub id: python app.py FOLDER", file=sys.stderr)
         return 2
     try:
-        demo = build_app(name, real_pair=True)
+        # MARS_REAL_PAIR=0: an operator who does not want the real pair fetched in the background
+        demo = build_app(name, real_pair=os.environ.get("MARS_REAL_PAIR", "1") != "0")
     except ValueError as e:
         print(f"error: {scrub(str(e))}", file=sys.stderr)
         return 2

@@ -2,9 +2,11 @@
 
 A 135M model at batch 1 is bound by reading its weights. In bf16 on a CPU with native bf16 dot
 products (x86 `avx512_bf16` or `amx_bf16`, Arm `bf16`), a 4-token forward costs about what a
-1-token one does, so MARS's extra tokens per forward are nearly free. Without them PyTorch emulates
-bf16 with float32 arithmetic plus conversions, and bf16 is slower than float32 (docs/smollm2.md),
-so asking for bf16 there falls back to float32, with a note that says so.
+1-token one does, so MARS's extra tokens per forward are nearly free. Without them PyTorch
+computes bf16 matmuls by converting to float32 (no arithmetic is saved, conversions are added), so
+asking for bf16 there falls back to float32, with a note that says so. (The speed of emulated bf16
+against float32 has not been measured on this repository's AVX2-only CPU; pass `torch.bfloat16`
+itself to force it, as the benchmarks do.)
 """
 from __future__ import annotations
 

@@ -73,6 +73,10 @@ def test_a_space_starts_from_a_fresh_clone(tmp_path):
     print(f"simulated Space on port {port}" + ("" if port == 7860 else " (7860 was busy)"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MARS_MODEL", "AR_MODEL")}
     env.update(SPACE_ENV, GRADIO_SERVER_PORT=str(port), HF_HUB_OFFLINE="1")
+    # The real pair is prepared in the background; here the registry is unreachable and the cache
+    # empty, so the page must serve at once and nothing is downloaded (the offline case).
+    env.update(MARS_CACHE=str(tmp_path / "cache"), PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_RETRIES="0",
+               PIP_TIMEOUT="2", PIP_CONFIG_FILE=os.devnull)
     log = open(tmp_path / "app.log", "w")
     app = subprocess.Popen([sys.executable, "app.py"], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -90,6 +94,12 @@ def test_a_space_starts_from_a_fresh_clone(tmp_path):
         assert config["space_id"] == SPACE_ENV["SPACE_ID"]  # gradio saw the Space's variables
         assert f"0.0.0.0:{port}" in output and "tiny-mars-b4" in json.dumps(config)
         assert str(ROOT) not in json.dumps(config)  # served from the clone, and no server path shown
+        time.sleep(5)  # long enough for the unreachable registry to answer
+        output = (tmp_path / "app.log").read_text()
+        # (gradio's own hot-reload watcher prints a traceback on a simulated Space without the
+        # `spaces` package; none may come from our code, the real pair's thread included)
+        assert "mars_core/" not in output and "playground/" not in output, output[-3000:]
+        assert not list((tmp_path / "cache").rglob("*.whl"))
     finally:
         app.terminate()
         try:
