@@ -246,6 +246,11 @@ class PlaygroundTab:
         return (scope_html(mars, ar), gr.update(maximum=cap, value=min(self.opts.default_max_new_tokens, cap)),
                 gr.update(value=mars.trained_block_size or self.core.default_block),
                 gr.update(max_length=self.core.prompt_char_cap(session)),
+                # idle panels named after the session's pair (a page that opened on the real pair
+                # must not show the bundled names until the first Generate)
+                render.panel_html("ar", "AR", ar.name if ar else mars.name, None, None, "idle"),
+                render.panel_html("mars", f"MARS (B = {mars.trained_block_size or self.core.default_block})",
+                                  mars.name, None, None, "idle"),
                 gr.update(visible=not is_real(mars)), gr.update(visible=is_real(mars)))
 
 
@@ -333,6 +338,7 @@ def add_tab(ui: UI) -> PlaygroundTab:
                   queue=False, api_visibility="private")
     gr.on([prompt.change, max_new.change, block.change], tab.prompt_info, [prompt, max_new, block, ui.session],
           [info], queue=False, show_progress="hidden", api_visibility="private", trigger_mode="always_last")
-    ui.on_models_changed([scope, max_new, block, prompt, tiny_examples, real_examples], tab.on_models_changed)
+    ui.on_models_changed([scope, max_new, block, prompt, ar_html, mars_html, tiny_examples, real_examples],
+                         tab.on_models_changed)
     ui.tabs["playground"] = tab
     return tab

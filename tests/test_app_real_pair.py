@@ -80,12 +80,16 @@ def test_examples_follow_the_pair(pair, monkeypatch, named, tiny_visible):
     from mars_core import packaged
 
     core = make_core(pair)
-    monkeypatch.setattr(packaged, "is_named", lambda source: named and source == pair[0])
+    monkeypatch.setattr(packaged, "is_named", lambda source: named and source == pair[1])
     session = Session()
-    session.mars_source = pair[0]
+    session.mars_source = pair[1]  # not the default MARS model
     out = tab_playground.PlaygroundTab(core).on_models_changed(session)
     tiny, real = out[-2:]
     assert tiny["visible"] is tiny_visible and real["visible"] is (not tiny_visible)
+    ar_panel, mars_panel = out[-4:-2]  # idle, named after the session's pair
+    shown = core.models_for(session)[0].name
+    assert shown != core.mars.name and shown in mars_panel and core.mars.name not in mars_panel
+    assert 'data-status="idle"' in ar_panel
 
 
 def test_app_prepares_the_pair_only_on_the_bundled_defaults(pair, monkeypatch):

@@ -87,7 +87,7 @@ def test_window_plot_of_last_generation(pg):
 
 def test_model_picker_per_session(pg, pair):
     session = Session()
-    status, scope, max_new, block, prompt, tiny_ex, real_ex, fig, note = guard(pg.models.load)(
+    status, scope, max_new, block, prompt, _, _, tiny_ex, real_ex, fig, note = guard(pg.models.load)(
         "custom", "fixture-ar", "", "none", session)
     assert "fixture-ar" in status and "(none" in status and pair[1] not in status
     assert tiny_ex["visible"] and not real_ex["visible"]  # not a named real model: the task examples
