@@ -81,15 +81,18 @@ def curve_table(points: list[dict] | None) -> str:
 def accuracy_table(summary: dict | None, category: str, base: dict | None = None) -> str:
     if not summary:
         return "(not measured)"
-    lines = ["| model | decoding | accuracy | tokens per forward | identical to its AR |", "|---|---|---:|---:|---:|"]
+    lines = ["| model | decoding | prompts | accuracy | tokens per forward | identical to its AR |",
+             "|---|---|---:|---:|---:|---:|"]
     if base and "ar" in base and category in base["ar"]:
         m = base["ar"][category]
-        lines.append(f"| base | AR | {m['accuracy']:.1%} | {m['tokens_per_forward']:.2f} | - |")
+        lines.append(f"| base | AR | {m['n']} | {m['accuracy']:.1%} | {m['tokens_per_forward']:.2f} | - |")
     for s, cats in summary.items():
         m = cats.get(category)
         if m and "accuracy" in m:
             same = "-" if s == "ar" or m["identical"] is None else f"{m['identical']:.0%}"
-            lines.append(f"| MARS fine-tune | {s} | {m['accuracy']:.1%} | {m['tokens_per_forward']:.2f} | {same} |")
+            lines.append(f"| MARS fine-tune | {s} | {m['n']} | {m['accuracy']:.1%} | {m['tokens_per_forward']:.2f} | {same} |")
+    if any(cats.get(category, {}).get("n", 99) < 20 for cats in summary.values()):
+        lines.append("\nFewer than 20 prompts: an example of outputs, not a measured accuracy.")
     return "\n".join(lines)
 
 
