@@ -34,7 +34,9 @@ def _tau(setting: str) -> float | None:
 def frontier(known: dict | None, known_base: dict | None, spec: dict | None, model: str) -> dict | None:
     """eval.json: accuracy against tokens per forward for each setting (known answers and
     GSM8K-style math_reasoning pooled), in the runs format `training.evaluate` writes."""
-    sets = [(known, "known-answers"), (spec, "math_reasoning")]
+    # math_reasoning joins only when enough of it was decoded to be an accuracy
+    sets = [(known, "known-answers")] + ([(spec, "math_reasoning")] if spec and all(
+        v.get("math_reasoning", {}).get("n", 0) >= 20 for v in spec.values()) else [])
     runs = []
 
     def pooled(summary_sets, setting):
@@ -56,12 +58,12 @@ def frontier(known: dict | None, known_base: dict | None, spec: dict | None, mod
         if p is None:
             continue
         mode = "ar" if setting == "ar" else "lossless" if setting == "lossless" else "mars"
-        runs.append({"model": model, "mode": mode, "tau": _tau(setting) if mode == "mars" else 1.0,
+        runs.append({"model": f"{model} (lossless)" if mode == "lossless" else model, "mode": mode, "tau": _tau(setting) if mode == "mars" else 1.0,
                      "block_size": 1 if mode == "ar" else 4, "tokens_per_second": None, **p})
     if not runs:
         return None
     n = max(r["n"] for r in runs)
-    return {"n": n, "split": "known answers + Spec-Bench math_reasoning", "runs": runs}
+    return {"n": n, "split": " + ".join(c for _, c in sets), "runs": runs}
 
 
 def curve_table(points: list[dict] | None) -> str:
