@@ -38,7 +38,7 @@ class FrontierTab:
 
         from .scope import REAL_DATA, training_data
 
-        mars, _ = self.core.models_for(session)
+        mars, ar = self.core.models_for(session)
         if training_data(mars) == REAL_DATA:  # synthetic problems mean nothing to a chat model
             raise gr.Error(f"A new sweep runs on the synthetic arithmetic task, which {mars.name} was not trained on; "
                            "its sweep above was measured on Spec-Bench and known-answer questions (model card).")
@@ -46,7 +46,6 @@ class FrontierTab:
         tau_list = parse_taus(taus)
         block_size = as_int("block size", block_size, 1, self.opts.max_block_size)
         max_new_tokens = as_int("max new tokens", max_new_tokens, 1, self.core.max_new_cap(session))
-        mars, ar = self.core.models_for(session)
         examples = make_examples(n, 0, "eval")
         base = DecodeConfig(max_new_tokens=max_new_tokens, cache="sliding")
         total = (1 if ar is not None else 0) + 1 + len(tau_list)
