@@ -55,12 +55,15 @@ class DecodeConfig:
     cache:            "none" (full recompute, the reference), "sliding" (KV cache of the
                       committed prefix), "block" (the paper's block-level cache for batches),
                       "cursor" (per-sequence write cursors, no block synchronisation; see
-                      `decode_cursor`).
+                      `decode_cursor`). None (the default): "sliding" for "ar" / "mars",
+                      "cursor" for "lossless" / "spec".
     cache_block_size: B_cache for cache="block"; must be >= block_size.
     metric:           "probability", "entropy" or "margin".
     temperature:      0 is greedy; > 0 samples (seeded per sequence by `seed`).
     max_new_tokens:   generated tokens per sequence, EOS excluded from the count's cap.
-    max_accept:       optional cap on tokens accepted per step (None: block_size).
+    max_accept:       optional cap on the tokens a sequence emits per forward, in every mode
+                      (None: no cap beyond the mode's own, block_size for "mars"). In "lossless"
+                      and "spec" it counts verified drafts too, and the output stays exact.
     compile:          False (eager), True, or a `torch.compile` mode (one of COMPILE_MODES):
                       the cursor cache's static-shape path (`decode_compiled`), compiled once
                       per batch-size bucket and attention window (the first step: per prefill
@@ -85,7 +88,7 @@ class DecodeConfig:
     mode: str = "mars"
     tau: float = 0.95
     block_size: int = 4
-    cache: str = "sliding"
+    cache: str | None = None
     cache_block_size: int = 16
     metric: str = "probability"
     temperature: float = 0.0
@@ -101,6 +104,8 @@ class DecodeConfig:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; allowed: {', '.join(MODES)}")
+        if self.cache is None:  # the default: the fast cache each mode runs on
+            object.__setattr__(self, "cache", "cursor" if self.mode in ("lossless", "spec") else "sliding")
         if self.cache not in CACHES:
             raise ValueError(f"unknown cache mode {self.cache!r}; allowed: {', '.join(CACHES)}")
         check_tau(self.tau, self.metric)

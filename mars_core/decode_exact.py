@@ -65,6 +65,23 @@ class SelfDrafter:
             self.q = self.q[torch.tensor(keep, dtype=torch.long, device=self.q.device)]
 
 
+def cap_drafts(drafts: torch.Tensor, j: torch.Tensor, bonus: torch.Tensor,
+               max_accept: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Emit at most `max_accept` tokens: keep j' = min(j, max_accept - 1) drafts and, where that
+    drops an accepted draft, emit d_{j'+1} as the token after them.
+
+    A verified draft is exactly the token the target would have emitted there (greedy: its
+    argmax; sampling: it passed the acceptance test), so the cut output is still exact.
+    drafts (R, K), j (R,), bonus (R,) -> (j', bonus') (R,), (R,).
+    """
+    capped = j.clamp(max=max_accept - 1)
+    cut = capped < j
+    if drafts.shape[1] == 0:
+        return capped, bonus
+    nxt = drafts.gather(1, capped.clamp(max=drafts.shape[1] - 1)[:, None])[:, 0]
+    return capped, torch.where(cut, nxt, bonus)
+
+
 def _context(model: PreTrainedModel, rows: Rows, extra: int, mask_id: int,
              pad_id: int) -> NoCacheContext | CursorContext:
     n = len(rows.prompts)
@@ -108,14 +125,17 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
             gumbel = rows.random.noise(live, B, V)
         j, bonus, probs = verify_drafts(d, n_d, None if q is None else q[:, :k], verify, cfg.temperature,
                                         uniform, None if gumbel is None else gumbel[:, 0])
+        if cfg.max_accept is not None:
+            j, bonus = cap_drafts(d, j, bonus, cfg.max_accept)
         at = torch.arange(R, device=rows.device)
         match = sel == j[:, None]  # (R, G): the group standing right after d_j, if the forward has it
         has_group = match.any(dim=1)
         group = masks[at, match.long().argmax(dim=1)]  # (R, B - 1, V)
         noise = None if gumbel is None else gumbel[:, 1:]
         if spec:
+            cap = None if cfg.max_accept is None else cfg.max_accept - j  # drafts count towards the cap
             block, block_conf, n_block = block_after(bonus, probs[at, j], group, tau, cfg.metric,
-                                                     cfg.temperature, noise, cfg.max_accept)
+                                                     cfg.temperature, noise, cap)
             n_block = torch.where(has_group, n_block, torch.ones_like(n_block))
             new_q = None
             extra = j[:, None]

@@ -252,13 +252,19 @@ def test_rows_finishing_at_different_steps(confident, tokenizer, draft):
     (dict(draft_tokens=2.0), "integer"),
     (dict(draft_block_size=0), "draft_block_size"),
     (dict(draft_tau=1.5), r"\[0, 1\]"),
-    (dict(mode="lossless"), "cache='cursor'"),
+    (dict(mode="lossless", cache="sliding"), "cache='cursor'"),
     (dict(draft_groups="some"), "draft_groups"),
     (dict(mode="spec", cache="block"), "cache='cursor'"),
 ])
 def test_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DecodeConfig(**kwargs)
+
+
+def test_default_cache_follows_the_mode():
+    assert DecodeConfig(mode="lossless").cache == DecodeConfig(mode="spec").cache == "cursor"
+    assert DecodeConfig().cache == DecodeConfig(mode="ar").cache == "sliding"
+    assert DecodeConfig(mode="lossless", cache="none").cache == "none"
 
 
 def test_bad_draft_models(model, tokenizer, draft):

@@ -1,14 +1,16 @@
 """Every decoder against an expectation computed without any decoder: a scripted model.
 
 A real tiny Qwen2 runs every forward (so the caches, masks, positions and `logits_to_keep` of each
-decoder are exercised), but a forward hook replaces its logits with a script that depends only on
-the absolute position being predicted: the token at position p is `TOKEN[p]` with probability
-`CONF[p]`. So the output of a prompt of L tokens is known in advance: the tokens from position L
-on, accepted left to right while the confidence passes tau (the first of each block always), cut
-at the first EOS and at `max_new_tokens`. `expected` computes that with a plain loop.
+decoder are exercised), but a forward hook replaces its logits with a script (`scripted.py`) that
+depends only on the absolute position being predicted and on whether a real token or a [MASK]
+predicts it. So the output of a prompt of L tokens is known in advance: per step the AR token at
+the next position, then the mask predictions accepted left to right while their confidence
+passes tau (>=: one sits exactly on tau), cut at the first EOS and at `max_new_tokens`.
+`expected` computes that with a plain loop.
 
 The script puts EOS at positions that rows reach at different offsets inside a block, including
-mid-block after accepted tokens, and confidences that make rows accept 1 to B tokens per step.
+mid-block after accepted tokens, mask guesses that differ from the AR token, and confidences that
+make rows accept 1 to B tokens per step.
 """
 from __future__ import annotations
 
@@ -18,62 +20,11 @@ import torch
 from conftest import PROMPTS, make_model
 from mars_core import DecodeConfig, generate
 from mars_core.prompts import encode_prompt
+from scripted import EDGE, Script, attach, cut
 
-EOS_EVERY = 13  # EOS at every position p with p % EOS_EVERY == 0
-LOW_EVERY = 5  # a low-confidence prediction at every position p with p % LOW_EVERY == 0
-LOW, HIGH, TAU = 0.3, 0.95, 0.5
+TAU = EDGE  # a confidence exactly on tau is accepted
 B = 4
 MAX_NEW = 10
-
-
-class Script:
-    def __init__(self, vocab: int, eos: int, first_free: int):
-        self.vocab, self.eos, self.first_free = vocab, eos, first_free
-
-    def token(self, p: int) -> int:
-        if p % EOS_EVERY == 0:
-            return self.eos
-        return self.first_free + (7 * p) % (self.vocab - self.first_free)
-
-    def conf(self, p: int) -> float:
-        return LOW if p % LOW_EVERY == 0 else HIGH
-
-    def logits(self, pos: torch.Tensor) -> torch.Tensor:
-        """pos (R, K): the positions the kept columns sit at; they predict pos + 1. -> (R, K, V)"""
-        target = pos + 1
-        tok = torch.tensor([[self.token(int(p)) for p in row] for row in target])
-        conf = torch.tensor([[self.conf(int(p)) for p in row] for row in target])
-        probs = ((1 - conf) / (self.vocab - 1))[..., None].expand(*tok.shape, self.vocab).clone()
-        probs.scatter_(-1, tok[..., None], conf[..., None])
-        return probs.log()
-
-
-def attach(model, script: Script):
-    """Hooks that replace the model's logits with the script's; returns the handles."""
-    seen = {}
-
-    def pre(module, args, kwargs):
-        cache = kwargs.get("cache")
-        seen["past"] = cache.get_seq_length() if cache is not None else 0
-
-    def post(module, args, kwargs, out):
-        ids = kwargs["input_ids"]  # (R, W)
-        R, W = ids.shape
-        pos = kwargs.get("position_ids")
-        if pos is None:  # the batch-1 sliding path: positions follow the cache length
-            pos = seen["past"] + torch.arange(W)[None].expand(R, W)
-        keep = kwargs.get("logits_to_keep", 0)
-        if isinstance(keep, int):
-            cols = torch.arange(W - keep if keep else 0, W)[None].expand(R, -1)
-        elif keep.dim() == 1:
-            cols = keep[None].expand(R, -1)
-        else:
-            cols = keep  # (R, K): per-row columns
-        out.logits = script.logits(pos.gather(1, cols)).to(out.logits.dtype)
-        return out
-
-    return [model.register_forward_pre_hook(pre, with_kwargs=True),
-            model.register_forward_hook(post, with_kwargs=True)]
 
 
 def expected(script: Script, L: int, block: int, max_new: int = MAX_NEW, max_accept: int | None = None,
@@ -82,28 +33,26 @@ def expected(script: Script, L: int, block: int, max_new: int = MAX_NEW, max_acc
     `where`, a list, gets the index of the EOS inside its block (None: stopped by max_new)."""
     out, steps, p = [], [], L  # p: the position of the next token
     while True:
-        n = 1
-        while n < block and tau < 1 and script.conf(p + n) >= tau:
-            n += 1
+        emitted = [script.ar(p)[0]]
+        while len(emitted) < block and tau < 1 and script.mask(p + len(emitted))[1] >= tau:
+            emitted.append(script.mask(p + len(emitted))[0])
         if max_accept is not None:
-            n = min(n, max_accept)
-        block_tokens = [script.token(p + j) for j in range(n)]
-        stop = block_tokens.index(script.eos) if script.eos in block_tokens else None
-        take = min(n if stop is None else stop, max_new - len(out))
-        out += block_tokens[:take]
+            emitted = emitted[:max_accept]
+        take, done = cut(out, emitted, script.eos, max_new)
+        out += emitted[:take]
         steps.append(max(take, 1))
-        if stop is not None or len(out) >= max_new:
+        if done:
             if where is not None:
-                where.append(stop)
+                where.append(emitted.index(script.eos) if script.eos in emitted else None)
             return out, steps
-        p += n
+        p += len(emitted)
 
 
 @pytest.fixture(scope="module")
 def scripted(tokenizer):
     model = make_model("qwen2", len(tokenizer))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    script = Script(len(tokenizer), tokenizer.eos_token_id, first_free=len(tokenizer.all_special_ids))
+    script = Script(len(tokenizer), tokenizer.eos_token_id, len(tokenizer.all_special_ids), tokenizer.mask_token_id)
     handles = attach(model, script)
     yield model, script
     for h in handles:
@@ -125,6 +74,10 @@ def test_the_script_exercises_eos_mid_block(tokenizer, scripted):
     assert sum(w is not None and w >= 2 for w in where) >= 2  # EOS after >= 2 accepted tokens of its block
     assert 0 in where  # EOS as the first prediction of a block
     assert MAX_NEW in lengths and len(set(lengths)) >= 3  # rows stop at different points, one at the cap
+    steps = [expected(script, L, B)[1] for L in _lengths(tokenizer, PROMPTS)]
+    assert {1, 2, 3, 4} <= {n for s in steps for n in s}  # every accept count occurs
+    edge = [p for p in range(40) if script.mask(p)[1] == TAU]
+    assert edge and all(script.mask(p)[0] != script.ar(p)[0] for p in range(0, 40, 7))
 
 
 CASES = [("none", 16), ("sliding", 16), ("block", 4), ("block", 8), ("cursor", 16)]
@@ -158,3 +111,50 @@ def test_chat_false_encodes_the_raw_prompt(tokenizer, scripted, cache):
     assert raw != _lengths(tokenizer, PROMPTS)  # the template really changes the positions
     got = generate(model, tokenizer, PROMPTS, cfg, chat=False)
     assert got.token_ids == [expected(script, L, B)[0] for L in raw]
+
+
+@pytest.mark.parametrize("max_accept", [None, 2])
+def test_compiled_path_across_windows_and_buckets(tokenizer, monkeypatch, max_accept):
+    """The static path (run eagerly) against the rule while its attention window grows past
+    CAPACITY_STEP and its batch shrinks bucket by bucket as rows reach EOS at different steps."""
+    from mars_core import decode_compiled as dc
+
+    model = make_model("qwen2", len(tokenizer))
+    long = Script(len(tokenizer), tokenizer.eos_token_id, len(tokenizer.all_special_ids), tokenizer.mask_token_id,
+                  eos_every=150)
+    attach(model, long)
+    monkeypatch.setattr(dc, "compiled", lambda fn, mode: fn)
+    windows = []
+    step = dc.static_step
+    monkeypatch.setattr(dc, "static_step", lambda *a, **kw: windows.append((a[2].shape[0], kw["window"])) or step(*a, **kw))
+    cfg = DecodeConfig(tau=TAU, block_size=B, cache="cursor", compile=True, max_new_tokens=200, max_accept=max_accept)
+    got = generate(model, tokenizer, PROMPTS, cfg)
+    for i, L in enumerate(_lengths(tokenizer, PROMPTS)):
+        toks, steps = expected(long, L, B, max_new=200, max_accept=max_accept)
+        assert got.token_ids[i] == toks, i
+        assert got.stats.per_sequence(i) == steps, i
+    assert {w for _, w in windows} >= {dc.CAPACITY_STEP, 2 * dc.CAPACITY_STEP}  # the window grew
+    assert len({b for b, _ in windows}) >= 3  # the batch shrank through buckets
+
+
+def test_serving_rows_with_their_own_tau_and_freed_slots(tokenizer, scripted):
+    """Continuous batching against the rule: each request at its own tau (one on EDGE, one just
+    above, AR, one taking LOW too), two slots for six requests, so later ones fill freed rows."""
+    from mars_core import TauControl
+    from mars_core.serving import Batcher, Request
+
+    model, script = scripted
+    taus = [TAU, 1.0, 0.51, 0.25, TAU, 1.0]
+    budgets = [10, 3, 7, 10, 5, 8]
+    ids = [encode_prompt(tokenizer, p) for p in PROMPTS]
+    batcher = Batcher(model, tokenizer, DecodeConfig(block_size=B), slots=2)
+    rids = [batcher.submit(Request(i, max_new_tokens=n, control=TauControl(t))) for i, n, t in zip(ids, budgets, taus)]
+    steps = list(batcher.run())
+    for rid, p, n, t in zip(rids, ids, budgets, taus):
+        toks, per_step = expected(script, len(p), B, max_new=n, tau=t)
+        state = batcher.done[rid]
+        assert state.out == toks, (rid, t)
+        assert state.accepted == per_step, rid
+    assert max(s.running for s in steps) == 2
+    joined = [a for s in steps for a in s.admitted]
+    assert joined == rids and any(s.admitted and s.step > 0 for s in steps)  # later requests took freed rows
