@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .models import Catalog, Loaded, ModelStore
+from .models import Catalog, Loaded, ModelStore, operator_source
 from .session import Session, SessionRegistry
 
 
@@ -38,14 +38,14 @@ class Core:
                  store: ModelStore | None = None, quantization: str = "none"):
         self.opts = options or AppOptions()
         self.store = store or ModelStore(self.opts.model_capacity, self.opts.device)
-        self.mars_source = mars_source
-        self.ar_source = ar_source or None
+        self.mars_source = operator_source(mars_source)
+        self.ar_source = operator_source(ar_source) or None
         self.quantization = quantization
-        self.mars = self.store.get(mars_source, quantization, pin=True)
-        self.ar = self.store.get(ar_source, quantization, pin=True) if ar_source else None
+        self.mars = self.store.get(self.mars_source, quantization, pin=True)
+        self.ar = self.store.get(self.ar_source, quantization, pin=True) if self.ar_source else None
         self.default_block = self.mars.trained_block_size or 4
         self.sessions = SessionRegistry()
-        self.catalog = Catalog([mars_source, self.ar_source], self.opts.models_dir, self.opts.allow_hub)
+        self.catalog = Catalog([self.mars_source, self.ar_source], self.opts.models_dir, self.opts.allow_hub)
         self._vocab_same: dict[tuple[int, int], bool] = {}
         self.real = None  # a playground.real_pair.RealPair when the app prepares the real pair
 

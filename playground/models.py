@@ -41,7 +41,7 @@ class Catalog:
 
     def __init__(self, defaults: list[str], models_dir: str | None = None, allow_hub: bool = True):
         self.local: dict[str, str] = {}
-        for src in defaults:
+        for src in map(operator_source, defaults):
             if src and is_local(src):
                 self.local.setdefault(display_name(src), src)
         for name in packaged.available_names():
@@ -51,7 +51,7 @@ class Catalog:
             for name in sorted(os.listdir(models_dir)):
                 path = os.path.join(models_dir, name)
                 if os.path.isfile(os.path.join(path, "config.json")):
-                    self.local.setdefault(name, path)
+                    self.local.setdefault(name, os.path.abspath(path))
         self.allow_hub = allow_hub
 
     def names(self) -> list[str]:
@@ -88,9 +88,21 @@ def hub_loader(load=load_model):
 
 
 def is_local(source: str) -> bool:
-    """An operator's source that is a server path: what `load_model` reads as one, and anything that is
-    not a well-formed hub id (never shown as typed)."""
-    return is_local_path(source) or not HUB_ID.match(source)
+    """Is `source` a server path (never shown as typed) rather than a hub id?
+
+    Decided from the string alone, never from the server's file system: a well-formed hub id
+    (`owner/name`) is always a hub id, fetched from the hub even when a folder of that name exists
+    in the working directory, so no name a user types can reach a server folder or reveal whether
+    one exists. Operators' folders are made absolute first (`operator_source`)."""
+    return os.path.isabs(source) or not HUB_ID.match(source)
+
+
+def operator_source(source: str | None) -> str | None:
+    """An operator's model (command line, defaults) as the store keys it: a named real model as
+    is, an existing folder as an absolute path (so that `is_local` sees it), a hub id as is."""
+    if not source or packaged.is_named(source) or not is_local_path(source):
+        return source
+    return os.path.abspath(os.path.expanduser(source))
 
 
 def display_name(source: str | None) -> str:

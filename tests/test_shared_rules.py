@@ -26,16 +26,47 @@ def test_is_local_path_sees_an_existing_owner_name_folder(tmp_path, monkeypatch)
     assert is_local_path("owner/model")
 
 
-def test_the_playground_hides_every_path_load_model_reads(tmp_path, monkeypatch):
-    from playground.models import display_name, is_local
+def test_the_playground_never_reads_a_typed_name_as_a_server_folder(tmp_path, monkeypatch):
+    """A hub-shaped name is a hub id even where a folder of that name exists in the working
+    directory; everything else that is not a hub id is a hidden server path."""
+    from playground.models import display_name, is_local, operator_source
 
-    (tmp_path / "owner").mkdir()
-    (tmp_path / "owner" / "weights").write_text("a file, not a folder")  # a path to load_model
+    (tmp_path / "owner" / "model").mkdir(parents=True)
+    (tmp_path / "owner" / "model" / "config.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
-    names = ["owner/weights", "owner/model", "./owner/model", "/abs/path", "~/x", "a/b/c", "plain", "a b/c"]
-    assert [is_local(n) for n in names] == [True, False, True, True, True, True, True, True]
-    assert all(is_local(n) for n in names if is_local_path(n))  # one rule, plus malformed hub ids
-    assert display_name("owner/weights") == "weights"
+    names = ["owner/model", "other/model", "./owner/model", "/abs/path", "~/x", "a/b/c", "plain", "a b/c"]
+    assert [is_local(n) for n in names] == [False, False, True, True, True, True, True, True]
+    assert display_name("owner/model") == "owner/model"
+    assert operator_source("owner/model") == str(tmp_path / "owner" / "model")  # an operator's folder
+    assert is_local(operator_source("owner/model"))
+    assert operator_source("other/model") == "other/model"
+    assert operator_source("smollm2-135m-instruct") == "smollm2-135m-instruct"
+
+
+def test_a_hub_shaped_name_never_loads_a_working_directory_folder(tmp_path, monkeypatch):
+    """The picker's path: the same answer for a name that exists as a folder here and one that does not."""
+    import huggingface_hub
+
+    from playground.models import Catalog, ModelStore, hub_loader
+
+    (tmp_path / "owner" / "model").mkdir(parents=True)
+    (tmp_path / "owner" / "model" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    loaded = []
+
+    def offline(repo_id, **kw):
+        raise OSError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    store = ModelStore(loader=hub_loader(lambda src, **kw: loaded.append(src)))
+    messages = []
+    for name in ("owner/model", "owner/missing"):
+        source = Catalog([]).resolve(name)
+        with pytest.raises(ValueError) as e:
+            store.get(source)
+        messages.append(str(e.value).replace(name, "NAME"))
+    assert loaded == [] and messages[0] == messages[1]
+    assert "hub" in messages[0]
 
 
 def _run_folder(tmp_path, name, stage, block_size):
