@@ -13,13 +13,14 @@ Two entry points, one decoding loop:
   needs): ``model.generate(**inputs, custom_generate="owner/model", trust_remote_code=True)``.
 
 Settings come from the call, else from the generation config's `mars` entry (an exported folder
-writes its defaults there), else from `DecodeConfig`. The decoding itself is `decode_steps`, so
-every mode `DecodeConfig` knows works here but "spec" (it needs a draft model):
-`mode="lossless"` returns greedy `generate`'s tokens exactly, several per forward (on the cursor
-cache unless `kv_cache` names "none"). What `generate` returns: the sequences (prompt, new
-tokens with the EOS that ended a row, padding after it), or with `return_dict_in_generate=True` a
-`MarsGenerateOutput` that adds `accept_counts` (forwards, batch): the tokens each row accepted in
-each forward, 0 where the row was not decoding.
+writes its defaults there), else from `DecodeConfig`. The decoding runs on the decoders a Hub
+folder carries (`decoders.CORE`): the cursor cache (`kv_cache="cursor"`, the default) and the
+no-cache reference (`kv_cache="none"`); every mode but "spec" (it needs a draft model).
+`mode="lossless"` returns greedy `generate`'s tokens exactly, several per forward. What
+`generate` returns: the sequences (prompt, new tokens with the EOS that ended a row, padding
+after it), or with `return_dict_in_generate=True` a `MarsGenerateOutput` that adds
+`accept_counts` (forwards, batch): the tokens each row accepted in each forward, 0 where the row
+was not decoding.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerationMixin
 from transformers.utils import logging
 
-from .config import EXACT_CACHES, DecodeConfig, TauControl
-from .generate import decode_steps
+from .config import DecodeConfig, TauControl
+from .decoders import CORE, start
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
@@ -62,7 +63,7 @@ class MarsGenerateOutput(GenerateDecoderOnlyOutput):
 
 @dataclass
 class _SpecialIds:
-    """The ids `decode_steps` reads from a tokenizer; generate() hands the loop ids, not a tokenizer."""
+    """The ids `decoders.start` reads from a tokenizer; generate() hands the loop ids, not a tokenizer."""
 
     mask_token_id: int
     pad_token_id: int
@@ -96,7 +97,7 @@ def mars_decoding(model: PreTrainedModel, input_ids: torch.LongTensor,
         raise ValueError(f"a streamer needs a batch of one; got {len(prompts)} sequences")
     eos = [] if gc._eos_token_tensor is None else gc._eos_token_tensor.reshape(-1).tolist()
     pad = int(gc._pad_token_tensor) if gc._pad_token_tensor is not None else (eos[0] if eos else 0)
-    rows, steps = decode_steps(model, _SpecialIds(mask_id, pad, eos), prompts, config, tau_control)
+    rows, steps = start(model, _SpecialIds(mask_id, pad, eos), prompts, config, tau_control, None, CORE)
     for event in steps:
         if streamer is not None:  # one put per forward: the tokens it accepted, and its EOS
             stop = [rows.stop_token[0]] if rows.stop_token[0] is not None and event.finished[0] else []
@@ -172,9 +173,7 @@ def _decode_config(model: PreTrainedModel, gc: GenerationConfig, input_ids: torc
         if not isinstance(control, TauControl):
             raise ValueError(f"tau_control must be a mars TauControl, got {type(control).__name__}")
         fields_.update(tau=control.tau, metric=control.metric)
-    if fields_.get("mode") in ("lossless", "spec") and given["kv_cache"] is None \
-            and fields_.get("cache") not in EXACT_CACHES:
-        fields_["cache"] = "cursor"  # the exact modes' fast path; a kv_cache the call names is checked as given
+    fields_.setdefault("cache", "cursor")  # the fast path of every mode, and the one a Hub folder carries
     max_new = int(gc.max_length) - input_ids.shape[1]
     allowed = {f.name for f in fields(DecodeConfig)}
     config = DecodeConfig(**{k: v for k, v in fields_.items() if k in allowed}, temperature=temperature,

@@ -194,6 +194,10 @@ def _export_tokenizer(src: Path, tmp: Path, config, notes: list[str]) -> tuple[i
         tok.mask_token = MASK_TOKEN
     if mask_id >= rows:
         raise ValueError(f"the mask token id {mask_id} is outside the embedding matrix ({rows} rows)")
+    if mask_id == tok.unk_token_id or tok.convert_ids_to_tokens(mask_id) != tok.mask_token:
+        # the id would also stand for text (the unknown token, or another token's id)
+        raise ValueError(f"the mask token {tok.mask_token!r} has no id of its own (id {mask_id} is "
+                         f"{tok.convert_ids_to_tokens(mask_id)!r}); give the tokenizer a mask token in its vocabulary")
     tok.save_pretrained(str(tmp))
     for name in TOKENIZER_FILES:  # files the tokenizer class does not rewrite (e.g. a chat template json)
         if (src / name).is_file() and not (tmp / name).exists():

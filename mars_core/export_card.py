@@ -45,7 +45,7 @@ def model_card(name: str, config: dict, mars: dict, tokenizer_class: str, hashes
         f"| `mode` | `{mars['mode']}` | `mars`; `ar` (one token per forward); any other mode of `mars_core.DecodeConfig` |",
         f"| `tau` | {mars['tau']} | acceptance threshold; 1.0 = AR output token for token |",
         f"| `block_size` | {mars['block_size']} | predictions per forward |",
-        "| `kv_cache` | `sliding` | `sliding`, `none`, `block`, `cursor` |",
+        "| `kv_cache` | `cursor` | `cursor`, `none` (the reference, no KV cache) |",
         f"| `mask_token_id` | {mars['mask_token_id']} | the `<|mask|>` id (from `generation_config.json`) |",
         "",
         "`return_dict_in_generate=True` adds `accept_counts` (forwards x batch): the tokens each row accepted "
@@ -116,8 +116,8 @@ def method_card() -> str:
         "`MODEL` must be a stock causal LM trained with MARS whose tokenizer has the mask token (a folder "
         "written by `python -m mars_core.export` records `mask_token_id` and the defaults in its "
         "`generation_config.json` and carries this folder itself). Arguments: `mode` (`mars`, `ar`, or "
-        "any other mode of `mars_core.DecodeConfig`), `tau`, `block_size`, `metric` (`probability`, "
-        "`entropy`, `margin`), `kv_cache` (`sliding`, `none`, `block`, `cursor`), `cache_block_size`, "
+        "`lossless`: exactly greedy `generate`'s tokens, several per forward), `tau`, `block_size`, `metric` (`probability`, "
+        "`entropy`, `margin`), `kv_cache` (`cursor`, the default, or `none`), "
         "`max_accept`, `seed`, `tau_control`; plus `max_new_tokens`, `do_sample`, `temperature`, "
         "`streamer` (one `put` per forward, batch of one) and `return_dict_in_generate` (adds "
         "`accept_counts`, forwards x batch). Batches need left padding and `attn_implementation='sdpa'`.",

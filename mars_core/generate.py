@@ -7,17 +7,29 @@ from typing import Iterator, TYPE_CHECKING
 from .config import DecodeConfig, TauControl, check_tau
 from .decode_block import decode_block
 from .decode_compiled import decode_compiled
-from .decode_cursor import decode_cursor
-from .decode_exact import decode_exact
-from .decode_reference import decode_reference
 from .decode_sliding import decode_sliding
+from .decoders import AR_MARS, CORE, Decoder, plain, start
 from .decoding import DecodeStats, Rows, StepEvent
-from .masks import require_sdpa
-from .prompts import check_context, check_prompts, encode_prompt, special_ids
-from .speculative import check_draft_model
+from .prompts import check_prompts, encode_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+def _block(model, rows: Rows, mask_id: int, pad_id: int, draft_model=None) -> Iterator[StepEvent]:
+    return decode_block(model, rows, mask_id, pad_id, rows.cfg.cache_block_size)
+
+
+# Every decoder, with its role: the references are the oracles the production paths are tested
+# against token for token (tests/test_decoders.py, test_exact.py); `CORE` is what a Hub folder carries.
+DECODERS: tuple[Decoder, ...] = CORE + (
+    Decoder("sliding", "production", AR_MARS, "sliding", False, plain(decode_sliding),
+            "a KV cache of the committed prefix, cropped after each step: batch 1's eager fast path"),
+    Decoder("block", "production", AR_MARS, "block", False, _block,
+            "the paper's block-level cache: rows of a batch wait for each other at block boundaries"),
+    Decoder("compiled", "production", AR_MARS, "cursor", True, plain(decode_compiled),
+            "the cursor cache with static shapes, one torch.compile graph per batch bucket and window"),
+)
 
 
 @dataclass
@@ -35,33 +47,7 @@ def decode_steps(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pro
     `draft_model` (mode="spec" only): a causal LM with the target's tokenizer that proposes
     `config.draft_tokens` tokens per step.
     """
-    if not isinstance(config, DecodeConfig):
-        raise ValueError(f"config must be a DecodeConfig, got {type(config).__name__}")
-    if control is None:
-        control = TauControl(config.tau, config.metric)
-    elif control.metric != config.metric:
-        raise ValueError(f"TauControl metric {control.metric!r} differs from config metric {config.metric!r}")
-    check_context(model, prompt_ids, config.max_new_tokens, config.lookahead)
-    require_sdpa(model)
-    mask_id, pad_id, stop_ids = special_ids(model, tokenizer)
-    check_draft_model(model, draft_model, tokenizer, config, mask_id)
-    if draft_model is not None:
-        require_sdpa(draft_model)
-    device = next(model.parameters()).device
-    rows = Rows(prompt_ids, config, control, stop_ids, device)
-    if config.mode in ("lossless", "spec"):
-        steps = decode_exact(model, rows, mask_id, pad_id, draft_model)
-    elif config.cache == "none":
-        steps = decode_reference(model, rows, mask_id, pad_id)
-    elif config.cache == "sliding":
-        steps = decode_sliding(model, rows, mask_id, pad_id)
-    elif config.cache == "cursor" and config.compile:
-        steps = decode_compiled(model, rows, mask_id, pad_id)
-    elif config.cache == "cursor":
-        steps = decode_cursor(model, rows, mask_id, pad_id)
-    else:
-        steps = decode_block(model, rows, mask_id, pad_id, config.cache_block_size)
-    return rows, steps
+    return start(model, tokenizer, prompt_ids, config, control, draft_model, DECODERS)
 
 
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], config: DecodeConfig,

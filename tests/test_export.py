@@ -53,18 +53,28 @@ def outside_imports(folder: pathlib.Path) -> list[str]:
     return bad
 
 
-def test_the_committed_method_folder_is_what_the_generator_writes():
-    folder = ROOT / "hub" / "mars"
+def test_the_method_folder_carries_only_the_hub_path(tmp_path):
+    """`--method-only` writes the generated folder (nothing generated is kept in git): the entry
+    point, the modules it imports and no other decoder, nothing outside the folder imported."""
+    main(["--method-only", str(tmp_path / "mars")])
+    folder = tmp_path / "mars"
     want = dict(method_files(), **{"README.md": method_card()})
-    have = {p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8")
-            for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    stale = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
-    assert not stale, f"hub/mars is stale in {stale}: run python -m mars_core.export --method-only hub/mars"
+    have = {p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8") for p in folder.rglob("*") if p.is_file()}
+    assert have == want
+    names = {pathlib.Path(k).name for k in have}
+    assert {"generate.py", "decode_cursor.py", "decode_exact.py", "decode_reference.py"} <= names
+    assert not names & {"decode_block.py", "decode_sliding.py", "decode_compiled.py", "mars_generate.py"}
+    assert outside_imports(folder / "custom_generate") == []
+    assert not (ROOT / "hub").exists() or not _tracked(ROOT / "hub")
+
+
+def _tracked(path: pathlib.Path) -> bool:
+    out = subprocess.run(["git", "ls-files", str(path)], cwd=ROOT, capture_output=True, text=True)
+    return bool(out.stdout.strip()) if out.returncode == 0 else False
 
 
 def test_the_method_folder_imports_nothing_outside_itself(exported, tmp_path):
-    for folder in (ROOT / "hub" / "mars" / "custom_generate", exported[0] / "custom_generate"):
-        assert outside_imports(folder) == []
+    assert outside_imports(exported[0] / "custom_generate") == []
     (tmp_path / "generate.py").write_text("from .decoding import Rows\nfrom mars_core import generate\n"
                                           "def f():\n    from training import x\n")
     assert outside_imports(tmp_path) == ["generate.py: from .decoding", "generate.py: import mars_core",
@@ -209,6 +219,23 @@ def test_a_mask_token_is_added_only_into_a_free_embedding_row(tmp_path):
     save_a2d(tmp_path / "room", bare, vocab_size=len(bare) + 8)
     summary = export(tmp_path / "room", tmp_path / "o2")
     assert summary["mask_token_id"] == len(bare) and any("not trained on" in n for n in summary["notes"])
+
+
+def test_the_mask_never_lands_on_the_unknown_token(tmp_path):
+    """A tokenizer with an unknown token maps "<|mask|>" to it: the export must add a token of its
+    own (in a free row) instead, and refuse when there is no free row."""
+    bare = _bare_tokenizer()
+    tok = PreTrainedTokenizerFast(tokenizer_object=bare.backend_tokenizer, eos_token="<|end|>",
+                                  pad_token="<|pad|>", unk_token="<|user|>")
+    assert tok.convert_tokens_to_ids("<|mask|>") == tok.unk_token_id
+    save_a2d(tmp_path / "room", tok, vocab_size=len(tok) + 8)
+    summary = export(tmp_path / "room", tmp_path / "o1")
+    assert summary["mask_token_id"] == len(tok) != tok.unk_token_id
+    saved = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "o1"))
+    assert saved.mask_token_id == len(tok) and saved.convert_ids_to_tokens(len(tok)) == "<|mask|>"
+    save_a2d(tmp_path / "full", tok)
+    with pytest.raises(ValueError, match="no free row"):
+        export(tmp_path / "full", tmp_path / "o2")
 
 
 def test_export_refuses_what_would_not_load(tmp_path, tokenizer):

@@ -1,6 +1,6 @@
 """MARS as a transformers `custom_generate` method, on the bundled model (fp32, CPU, offline):
 the callable and the generated Hub folder equal `mars_core.generate` token for token, and plain
-`generate` at tau = 1 and in mode="lossless" (the callable and the hub/mars folder); streaming,
+`generate` at tau = 1 and in mode="lossless" (the callable and a freshly generated method folder); streaming,
 sampling, outputs and bad input."""
 import pathlib
 
@@ -61,14 +61,14 @@ class Puts:
         self.ended = True
 
 
-@pytest.mark.parametrize("tau,kv_cache", [(0.95, "sliding"), (0.7, "none"), (0.9, "cursor")])
+@pytest.mark.parametrize("tau,kv_cache", [(0.95, None), (0.7, "none"), (0.9, "cursor")])
 def test_callable_equals_mars_core(ref, hf_model, tau, kv_cache):
     model, tok = ref
     x, mask = batch(tok, PROMPTS)
     out = hf_model.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding, max_new_tokens=NEW,
                             mask_token_id=tok.mask_token_id, tau=tau, block_size=4, kv_cache=kv_cache,
                             return_dict_in_generate=True)
-    tail, counts = expected(model, tok, PROMPTS, DecodeConfig(tau=tau, cache=kv_cache, max_new_tokens=NEW))
+    tail, counts = expected(model, tok, PROMPTS, DecodeConfig(tau=tau, cache=kv_cache or "cursor", max_new_tokens=NEW))
     assert torch.equal(out.sequences[:, : x.shape[1]], x)
     assert torch.equal(out.sequences[:, x.shape[1]:], tail)
     assert torch.equal(out.accept_counts, counts)
@@ -117,8 +117,13 @@ def assert_lossless_through_folder(model, tok, folder):
                        trust_remote_code=True, mask_token_id=tok.mask_token_id, mode="lossless", kv_cache="sliding")
 
 
-def test_lossless_through_the_method_folder_equals_plain_generate(hf_model, ref):
-    assert_lossless_through_folder(hf_model, ref[1], ROOT / "hub" / "mars")
+def test_lossless_through_a_fresh_method_folder_equals_plain_generate(hf_model, ref, tmp_path):
+    """The method-only folder (what the release command writes for the method's own repository),
+    generated now: nothing generated is kept in git."""
+    from mars_core.export import main
+
+    main(["--method-only", str(tmp_path / "mars")])
+    assert_lossless_through_folder(hf_model, ref[1], tmp_path / "mars")
 
 
 def test_sampling_equals_mars_core(ref, hf_model):
@@ -180,6 +185,8 @@ def test_tau_control_and_mode_ar(ref, hf_model):
     (dict(num_beams=2), "does not support num_beams=2"),
     (dict(output_scores=True), "does not support output_scores=True"),
     (dict(kv_cache="paged"), "unknown cache mode 'paged'"),
+    (dict(kv_cache="sliding"), "no decoder here runs mode='mars' on cache='sliding'; available: "),
+    (dict(kv_cache="block"), "no decoder here runs mode='mars' on cache='block'"),
     (dict(max_time=30.0), "unsupported stopping criteria: \\['MaxTimeCriteria'\\]"),
     (dict(mode="spec"), "mode='spec' needs a draft model"),
 ])

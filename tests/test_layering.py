@@ -100,3 +100,49 @@ def test_every_import_form_is_seen(source):
 ])
 def test_what_stays_inside_is_allowed(source, depth, found):
     assert _imports_of(source, "mars_core", depth) == found
+
+
+def _module_imports(path: pathlib.Path) -> set[str]:
+    """Dotted names of our modules that `path` imports (a function-level import counts too)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    package = parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            if node.module:  # `from . import x` names modules, not the package's own __init__
+                found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)  # `from pkg import module`
+    return {m for m in found if m.split(".")[0] in FLOOR}
+
+
+def import_cycles() -> list[list[str]]:
+    """Cycles in the graph of our modules' imports, each as a list of module names."""
+    graph = {}
+    for _, path in _sources():
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        graph[name] = _module_imports(path)
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    cycles, state = [], {}
+
+    def visit(m, stack):
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return cycles
+
+
+def test_no_module_imports_itself_in_a_circle():
+    """Not even through an import inside a function (build_default and model_card once did)."""
+    assert import_cycles() == []

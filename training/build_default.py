@@ -18,7 +18,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Iterable
 
 import torch
@@ -27,55 +27,11 @@ from mars_core import DecodeConfig
 from tasks.synthetic import make_examples
 from training.checkpoint import changed_options, write_json, write_text
 from training.evaluate import evaluate, evaluate_draft, summary_table, write_frontier
+from training.model_card import write_cards, write_draft_card
 from training.tokenizer import build_tokenizer, corpus_from_examples
 from training.train import train
+from training.recipe import Recipe
 from training.train_config import TrainConfig
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """The knobs of one build. `full()` is the bundled models' recipe, `smoke()` a minute-scale copy."""
-
-    vocab_size: int
-    tokenizer_examples: int
-    model_config: str
-    train_examples: int
-    max_length: int
-    batch_size: int
-    ar_steps: int
-    ar_lr: float
-    mars_steps: int
-    mars_lr: float
-    ar_weight: float  # weight of the SFT (clean) loss in the MARS stage; the ablations use 0
-    block_size: int
-    ablation_block_sizes: tuple[int, ...]
-    ablation_steps: int  # MARS steps of each "w/o SFT loss" run (same lr and data as the main run)
-    draft_config: str  # preset of the small draft model (AR SFT, the AR stage's data and lr)
-    draft_steps: int
-    draft_tokens: int  # K of the draft's evaluation with the MARS target (mode="spec")
-    eval_n: int
-    eval_taus: tuple[float, ...]
-    max_new_tokens: int
-    save_every: int
-    seed: int = 0
-
-    @staticmethod
-    def full() -> "Recipe":
-        # Sized to a 2-hour build on a 2-core CPU. Each choice (AR lr and schedule, the MARS stage's
-        # lr and heavy ar_weight, 600-step ablations) and the runs behind it: docs/experiments.md.
-        return Recipe(vocab_size=512, tokenizer_examples=20000, model_config="tiny", train_examples=150000,
-                      max_length=320, batch_size=32, ar_steps=5000, ar_lr=1e-3, mars_steps=1500, mars_lr=5e-4,
-                      ar_weight=8.0, block_size=4, ablation_block_sizes=(4, 8), ablation_steps=600,
-                      draft_config="draft", draft_steps=2000, draft_tokens=4, eval_n=500,
-                      eval_taus=(1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5), max_new_tokens=256, save_every=200)
-
-    @staticmethod
-    def smoke() -> "Recipe":
-        return Recipe(vocab_size=300, tokenizer_examples=500, model_config="micro", train_examples=600,
-                      max_length=320, batch_size=8, ar_steps=12, ar_lr=3e-3, mars_steps=8, mars_lr=1e-3,
-                      ar_weight=1.0, block_size=4, ablation_block_sizes=(4,), ablation_steps=6,
-                      draft_config="micro", draft_steps=6, draft_tokens=4, eval_n=12,
-                      eval_taus=(1.0, 0.9, 0.5), max_new_tokens=48, save_every=5)
 
 
 def complete(folder: str) -> bool:
@@ -155,7 +111,6 @@ def build(output: str, recipe: Recipe, threads: int | None = None, log: Callable
         lambda: evaluate(models, recipe.eval_n, recipe.seed, recipe.eval_taus, (recipe.block_size,), base))
     if eval_json in built or not os.path.isfile(os.path.join(eval_dir, "frontier.html")):
         write_frontier(result, eval_dir)  # drawn from eval.json: redrawn only when that changed
-    from training.model_card import write_cards, write_draft_card
 
     # The small draft model for speculative decoding (mode="spec"), before the ablations: it is
     # shipped, they are not.

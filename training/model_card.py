@@ -4,14 +4,11 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
-from typing import TYPE_CHECKING
 
 from tasks import families as syn
 from training.checkpoint import write_text
 from training.evaluate import summary_table
-
-if TYPE_CHECKING:
-    from training.build_default import Recipe
+from training.recipe import Recipe
 
 
 def _family_table(runs: list[dict]) -> str:
