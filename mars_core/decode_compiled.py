@@ -58,7 +58,7 @@ PREFILL_STEP = 32  # the first step's width is rounded up to this times a batch 
 class StaticCursorCache(CursorCache):
     """A `CursorCache` whose forwards write at a (R, W) slot tensor and attend over the buffer's
     first `window` slots, so that every shape but the batch size, the width and the window is
-    fixed. Its buffers are allocated by `take_cache`, before the first forward."""
+    fixed. Its buffers are allocated by `StaticState.take`, before the first forward."""
 
     is_compileable = True
 
@@ -174,66 +174,79 @@ def resolve_mode(compile_setting: bool | str, device: torch.device | str) -> str
 
 
 # ---------------------------------------------------------------------------------------------
-# buffers: reused across decodes of one model (CUDA graphs need fixed addresses)
+# what the static path keeps per model: reused across decodes (CUDA graphs need fixed addresses)
 # ---------------------------------------------------------------------------------------------
 
 
-_POOLS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
-_LAYOUTS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+class StaticState:
+    """One model's key/value layout and its pool of free buffers, kept between decodes.
+
+    One object per model (`static_state`), dropped with the model. (The compiled functions are
+    kept per function and mode in `compiled`, not here: dynamo keeps its graphs on the function's
+    code, shared by every model, and guards each graph on the model it was traced with.)
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.layout: tuple | None = None  # ((dtype, device) read at, per layer (H, dk, dv, dtype, device))
+        self.pool: dict[tuple, list[StaticCursorCache]] = {}  # (batch, capacity, dtype, device) -> free buffers
+
+    def kv_layout(self, model: PreTrainedModel, mask_id: int, pad_id: int) -> list[tuple]:
+        """Per layer: (kv_heads, key head_dim, value head_dim, dtype, device) of its cache entries.
+        Read from a one-token eager forward into a throwaway cursor cache, so that it holds for any
+        architecture (the config's head counts and sizes are named differently, or mean something
+        else, from one model family to the next); read again when the model moved or was cast."""
+        p = next(model.parameters())
+        with self.lock:
+            if self.layout is not None and self.layout[0] == (p.dtype, p.device):
+                return self.layout[1]
+        probe = CursorCache(1, 1)
+        cursor_forward(model, probe, [[pad_id]], [0], 1, mask_id, pad_id)
+        layout = [(k.shape[1], k.shape[3], v.shape[3], k.dtype, k.device) for k, v in zip(probe.keys, probe.values)]
+        with self.lock:
+            self.layout = ((p.dtype, p.device), layout)
+        return layout
+
+    def take(self, batch: int, capacity: int, layout: list[tuple], graphs: bool = False) -> StaticCursorCache:
+        """A free buffer of this shape (zeroed), or a new one allocated from `layout`."""
+        with self.lock:
+            free = self.pool.setdefault(_pool_key(batch, capacity, *layout[0][3:]), [])
+            cache = free.pop() if free else None
+        if cache is None:
+            cache = StaticCursorCache(batch, capacity)
+            for H, dk, dv, dtype, dev in layout:
+                cache.keys.append(torch.zeros(batch, H, capacity, dk, dtype=dtype, device=dev))
+                cache.values.append(torch.zeros(batch, H, capacity, dv, dtype=dtype, device=dev))
+            if graphs:
+                cache.fix_addresses()
+        else:
+            for t in cache.keys + cache.values:
+                t.zero_()
+        return cache
+
+    def give(self, cache: StaticCursorCache) -> None:
+        """Return `cache` to the pool, for the next decode of its shape."""
+        with self.lock:
+            key = _pool_key(cache.batch, cache.capacity, cache.keys[0].dtype, cache.keys[0].device)
+            self.pool.setdefault(key, []).append(cache)
+
+    def release(self) -> None:
+        """Drop the pooled buffers."""
+        with self.lock:
+            self.pool.clear()
 
 
-def kv_layout(model: PreTrainedModel, mask_id: int, pad_id: int) -> list[tuple]:
-    """Per layer: (kv_heads, key head_dim, value head_dim, dtype, device) of its cache entries.
-    Read from a one-token eager forward into a throwaway cursor cache, so that it holds for any
-    architecture (the config's head counts and sizes are named differently, or mean something
-    else, from one model family to the next); read again when the model moved or was cast."""
-    p = next(model.parameters())
+_STATES: "weakref.WeakKeyDictionary[torch.nn.Module, StaticState]" = weakref.WeakKeyDictionary()
+
+
+def static_state(model: PreTrainedModel) -> StaticState:
+    """`model`'s `StaticState` (made on first use)."""
     with _LOCK:
-        seen = _LAYOUTS.get(model)
-        if seen is not None and seen[0] == (p.dtype, p.device):
-            return seen[1]
-    probe = CursorCache(1, 1)
-    cursor_forward(model, probe, [[pad_id]], [0], 1, mask_id, pad_id)
-    layout = [(k.shape[1], k.shape[3], v.shape[3], k.dtype, k.device) for k, v in zip(probe.keys, probe.values)]
-    with _LOCK:
-        _LAYOUTS[model] = ((p.dtype, p.device), layout)
-    return layout
+        return _STATES.setdefault(model, StaticState())
 
 
 def _pool_key(batch: int, capacity: int, dtype: torch.dtype, device: torch.device) -> tuple:
     return batch, capacity, dtype, str(device)
-
-
-def take_cache(model: PreTrainedModel, batch: int, capacity: int, layout: list[tuple],
-               graphs: bool = False) -> StaticCursorCache:
-    """A free buffer of this shape for `model` (zeroed), or a new one allocated from `layout`."""
-    with _LOCK:
-        free = _POOLS.setdefault(model, {}).setdefault(_pool_key(batch, capacity, *layout[0][3:]), [])
-        cache = free.pop() if free else None
-    if cache is None:
-        cache = StaticCursorCache(batch, capacity)
-        for H, dk, dv, dtype, dev in layout:
-            cache.keys.append(torch.zeros(batch, H, capacity, dk, dtype=dtype, device=dev))
-            cache.values.append(torch.zeros(batch, H, capacity, dv, dtype=dtype, device=dev))
-        if graphs:
-            cache.fix_addresses()
-    else:
-        for t in cache.keys + cache.values:
-            t.zero_()
-    return cache
-
-
-def give_cache(model: PreTrainedModel, cache: StaticCursorCache) -> None:
-    """Return `cache` to `model`'s pool, for the next decode of its shape."""
-    with _LOCK:
-        key = _pool_key(cache.batch, cache.capacity, cache.keys[0].dtype, cache.keys[0].device)
-        _POOLS.setdefault(model, {}).setdefault(key, []).append(cache)
-
-
-def release_buffers(model: PreTrainedModel) -> None:
-    """Drop the pooled buffers of `model` (they are kept for the next decode of the same shape)."""
-    with _LOCK:
-        _POOLS.pop(model, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,8 +273,9 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
     N = len(rows.prompts)
     need = max(len(p) for p in rows.prompts) + cfg.max_new_tokens + 2 * B
     capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
-    layout = kv_layout(model, mask_id, pad_id)
-    cache = take_cache(model, N, capacity, layout, graphs)
+    owner = static_state(model)
+    layout = owner.kv_layout(model, mask_id, pad_id)
+    cache = owner.take(N, capacity, layout, graphs)
     try:
         tau = rows.tau()
         ids, n = _prefill_inputs(rows.prompts, B, mask_id, pad_id, capacity, dev)
@@ -272,7 +286,7 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
         event, feed = rows.commit(rows.active, tokens, conf, n_acc, tau)
         vocab = logits.shape[-1]
         order = list(range(N))  # buffer row -> sequence index
-        state = _initial_state(rows, feed, dev, B)
+        loop = _initial_state(rows, feed, dev, B)  # the rows' tensors the step reads and returns
         rows.still_active()
         yield event
         kw = dict(block=B, mask_id=mask_id, pad_id=pad_id, metric=cfg.metric,
@@ -284,20 +298,20 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
             noise = _noise(rows, order, live, B, vocab) if rows.random is not None else None
             if graphs:
                 torch.compiler.cudagraph_mark_step_begin()
-            *state, packed = step(model, cache, *state, taus, rows.stop_ids, noise, **kw,
+            *loop, packed = step(model, cache, *loop, taus, rows.stop_ids, noise, **kw,
                                   window=_window(rows, order, B, cache.capacity))
             if graphs:  # a replay overwrites its outputs: keep copies of what the next step reads
-                state = [t.clone() for t in state]
+                loop = [t.clone() for t in loop]
             packed = packed.tolist()  # the one host sync
             mine = [(r, p) for r, p in zip(order, packed) if r in live]
             event, _ = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B)
             rows.still_active()
             n_live = len(rows.active)
             if 0 < n_live and _bucket(n_live) < len(order):
-                cache, state, order = _shrink(model, cache, state, order, set(rows.active), layout, graphs)
+                cache, loop, order = _shrink(owner, cache, loop, order, set(rows.active), layout, graphs)
             yield event
     finally:
-        give_cache(model, cache)
+        owner.give(cache)
 
 
 def _prefill_inputs(prompts: list[list[int]], B: int, mask_id: int, pad_id: int, capacity: int,
@@ -345,15 +359,15 @@ def _noise(rows: Rows, order: list[int], live: set[int], B: int, vocab: int) -> 
     return noise
 
 
-def _shrink(model: PreTrainedModel, cache: StaticCursorCache, state: list[torch.Tensor], order: list[int],
+def _shrink(owner: StaticState, cache: StaticCursorCache, state: list[torch.Tensor], order: list[int],
             live: set[int], layout: list[tuple], graphs: bool) -> tuple[StaticCursorCache, list[torch.Tensor], list[int]]:
     """Move the decoding rows into a buffer of their batch bucket (finished rows fill it up)."""
     keep = [i for i, r in enumerate(order) if r in live]
     size = _bucket(len(keep))
     keep += [i for i, r in enumerate(order) if r not in live][: size - len(keep)]
     idx = torch.tensor(keep, dtype=torch.long, device=state[0].device)
-    small = take_cache(model, size, cache.capacity, layout, graphs)
+    small = owner.take(size, cache.capacity, layout, graphs)
     for dst, src in zip(small.keys + small.values, cache.keys + cache.values):
         torch.index_select(src, 0, idx, out=dst)
-    give_cache(model, cache)
+    owner.give(cache)
     return small, [t[idx] for t in state], [order[i] for i in keep]

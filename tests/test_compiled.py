@@ -125,17 +125,17 @@ def test_first_step_is_one_static_prefill(confident, tokenizer, monkeypatch):
 
     monkeypatch.setattr(dc, "compiled", only(dc.static_step, prefill))
     monkeypatch.setattr(dc, "cursor_forward", probe)
-    dc._LAYOUTS.pop(confident, None)
+    dc.static_state(confident).layout = None
     for prompts in (BATCH, PROMPTS[:1]):
         eager, static = both(confident, tokenizer, prompts, tau=0.5, block_size=4, max_new_tokens=20)
         same(eager, static)
     assert [w[0] for w in widths] == [len(BATCH), 1] and all(w[1] % dc.PREFILL_STEP == 0 for w in widths)
-    assert len(probes) == 1 and len(dc._LAYOUTS[confident][1]) == confident.config.num_hidden_layers
+    assert len(probes) == 1 and len(dc.static_state(confident).layout[1]) == confident.config.num_hidden_layers
     confident.to(torch.float64)  # a cast model: its layout is read again, its buffers are new
     try:
         eager, static = both(confident, tokenizer, PROMPTS[:1], tau=0.5, block_size=4, max_new_tokens=20)
         same(eager, static)
-        assert len(probes) == 2 and dc._LAYOUTS[confident][1][0][3] == torch.float64
+        assert len(probes) == 2 and dc.static_state(confident).layout[1][0][3] == torch.float64
     finally:
         confident.to(torch.float32)
 
@@ -206,15 +206,15 @@ def test_live_tau_and_stop(confident_model, tokenizer, uncompiled):
 
 def test_buffers_are_reused_and_never_grow(confident_model, tokenizer, uncompiled):
     cfg = DecodeConfig(tau=0.5, cache="cursor", compile=True, max_new_tokens=30)
-    dc.release_buffers(confident_model)
+    dc.static_state(confident_model).release()
     generate(confident_model, tokenizer, PROMPTS[:2], cfg)
-    pool = dc._POOLS[confident_model]
+    pool = dc.static_state(confident_model).pool
     first = {k: [t.data_ptr() for c in v for t in c.keys] for k, v in pool.items()}
     assert all(key[1] % dc.CAPACITY_STEP == 0 for key in first)
     generate(confident_model, tokenizer, PROMPTS[2:4], cfg)  # same shapes: the same buffers
     assert {k: [t.data_ptr() for c in v for t in c.keys] for k, v in pool.items()} == first
-    dc.release_buffers(confident_model)
-    assert confident_model not in dc._POOLS
+    dc.static_state(confident_model).release()
+    assert not dc.static_state(confident_model).pool
 
 
 def test_bad_settings_are_refused():
@@ -232,7 +232,7 @@ def test_compiled_with_inductor(tokenizer):
     for mode in ("mars", "ar"):
         eager, compiled = both(m, tokenizer, prompts, mode=mode, tau=0.5, max_new_tokens=24)
         same(eager, compiled)
-    dc.release_buffers(m)
+    dc.static_state(m).release()
 
 
 def test_tau_one_is_ar_in_bfloat16_on_every_path(tokenizer, uncompiled):
