@@ -72,8 +72,9 @@ def decode_block(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
         live = [rows.active[i] for i in working]
         w = torch.tensor(working, device=rows.device)
         tokens, conf, n_acc = rows.accept(out.logits[w], live, tau)
-        event, feed = rows.commit(live, tokens, conf, n_acc, tau)
-        for i, ids_i in zip(working, feed):
+        step = rows.commit(live, tokens, conf, n_acc, tau)
+        event = step.event
+        for i, ids_i in zip(working, step.taken):
             filled[i] = filled[i] + ids_i
         keep = rows.still_active()
         anchor = [anchor[i] for i in keep]

@@ -283,7 +283,8 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
             torch.compiler.cudagraph_mark_step_begin()
         logits = prefill(model, cache, ids, n, block=B)  # (N, B, V)
         tokens, conf, n_acc = rows.accept(logits, rows.active, tau)
-        event, feed = rows.commit(rows.active, tokens, conf, n_acc, tau)
+        first = rows.commit(rows.active, tokens, conf, n_acc, tau)
+        event, feed = first.event, first.taken
         vocab = logits.shape[-1]
         order = list(range(N))  # buffer row -> sequence index
         loop = _initial_state(rows, feed, dev, B)  # the rows' tensors the step reads and returns
@@ -304,7 +305,7 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
                 loop = [t.clone() for t in loop]
             packed = packed.tolist()  # the one host sync
             mine = [(r, p) for r, p in zip(order, packed) if r in live]
-            event, _ = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B)
+            event = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B).event
             rows.still_active()
             n_live = len(rows.active)
             if 0 < n_live and _bucket(n_live) < len(order):

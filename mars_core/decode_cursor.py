@@ -166,7 +166,8 @@ def decode_cursor(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int)
         cursor = [c + len(f) for c, f in zip(cursor, feed)]
         live = rows.active
         tokens, conf, n_acc = rows.accept(logits, live, tau)
-        event, feed = rows.commit(live, tokens, conf, n_acc, tau)
+        step = rows.commit(live, tokens, conf, n_acc, tau)
+        event, feed = step.event, step.taken
         keep = rows.still_active()
         if keep and len(keep) < len(cursor):
             cache.batch_select_indices(torch.tensor(keep, dtype=torch.long, device=dev))

@@ -35,34 +35,13 @@ import torch
 
 from .acceptance import choose_tokens, confidence
 from .decoding import Rows, StepEvent
+from .drafter import Drafter, SelfDrafter
 from .speculative import ModelDrafter, vocab_size
 from .verify import after_drafts, block_after, draft_confidence, verify_drafts
 from .verify_forward import CursorContext, NoCacheContext
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-
-class SelfDrafter:
-    """Lossless MARS: the drafts are the previous forward's mask predictions (group j)."""
-
-    def __init__(self, n_rows: int):
-        self.drafts: list[list[int]] = [[] for _ in range(n_rows)]  # none before the first forward
-        self.q: torch.Tensor | None = None  # (R, B - 1, V) their distributions (sampling)
-
-    def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
-        """The drafts (up to B - 1 ids per row) and their distributions q (R, B - 1, V), None when greedy."""
-        return self.drafts, self.q
-
-    def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]], q: torch.Tensor | None) -> None:
-        """The next drafts: this forward's group-j mask predictions (q (R, B - 1, V) or None)."""
-        self.drafts, self.q = drafts, q
-
-    def select(self, keep: list[int]) -> None:
-        """Keep only the rows `keep` (indices into the active rows), in that order."""
-        self.drafts = [self.drafts[i] for i in keep]
-        if self.q is not None:
-            self.q = self.q[torch.tensor(keep, dtype=torch.long, device=self.q.device)]
 
 
 def cap_drafts(drafts: torch.Tensor, j: torch.Tensor, bonus: torch.Tensor,
@@ -93,23 +72,23 @@ def _context(model: PreTrainedModel, rows: Rows, extra: int, mask_id: int,
 
 @torch.no_grad()
 def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
-                 draft_model: PreTrainedModel | None = None, drafter: object | None = None) -> Iterator[StepEvent]:
+                 draft_model: PreTrainedModel | None = None, drafter: Drafter | None = None) -> Iterator[StepEvent]:
     """`mode="lossless"` (draft_model None) or `mode="spec"`, on cache "none" or "cursor".
 
-    `drafter` replaces the drafts (tests feed adversarial ones): an object with `propose()` ->
-    (drafts: list of id lists, q (R, K, V) or None), `update(j, emitted, new_drafts, new_q)`,
-    `select(keep)` and `K` (most drafts per step), as `SelfDrafter` and `speculative.ModelDrafter`.
+    `drafter` replaces the drafts (tests feed adversarial ones): any `Drafter`.
     """
     cfg = rows.cfg
     B, spec = cfg.block_size, cfg.mode == "spec"
-    K = getattr(drafter, "K", cfg.draft_tokens if spec else B - 1)  # drafts per step, at most
+    if drafter is not None and not isinstance(drafter, Drafter):
+        raise ValueError(f"drafter must implement mars_core.drafter.Drafter, got {type(drafter).__name__}")
+    K = drafter.K if drafter is not None else cfg.draft_tokens if spec else B - 1  # drafts per step, at most
     V = vocab_size(model)
     target = _context(model, rows, K + (K + 1) * B + B, mask_id, pad_id)
     if drafter is None and spec:
         draft_ctx = _context(draft_model, rows, K + 2 * cfg.draft_block_size, mask_id, pad_id)
         drafter = ModelDrafter(draft_ctx, rows, K, V)
     elif drafter is None:
-        drafter = SelfDrafter(len(rows.prompts))
+        drafter = SelfDrafter(len(rows.prompts), K)
     feed = [list(p) for p in rows.prompts]  # the target's new real tokens
     while rows.running():
         tau, live = rows.tau(), rows.active
@@ -146,8 +125,9 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
             new_drafts, new_q = choose_tokens(group, cfg.temperature, noise)  # (R, B - 1), (R, B - 1, V)
             extra = torch.cat([j[:, None], has_group[:, None], new_drafts], dim=1)
         tokens, conf, n = after_drafts(d, draft_confidence(probs, d, cfg.metric), j, block, block_conf, n_block)
-        event, emitted = rows.commit(live, tokens, conf, n, tau, extra)
-        js = [int(x[0]) for x in rows.synced]
+        step = rows.commit(live, tokens, conf, n, tau, extra)
+        event, emitted = step.event, step.taken
+        js = [int(o.extra[0]) for o in step.rows]
         event.verified = [0] * len(rows.prompts)
         for r, a, e in zip(live, js, emitted):
             event.verified[r] = min(a, len(e))
@@ -158,7 +138,7 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
         rows.stats.accepted_drafts += sum(js)
         target.keep(js)
         feed = [e[a:] for e, a in zip(emitted, js)]
-        new = [[int(t) for t in x[2:]] if len(x) > 1 and x[1] else [] for x in rows.synced]
+        new = [[int(t) for t in o.extra[2:]] if len(o.extra) > 1 and o.extra[1] else [] for o in step.rows]
         drafter.update(js, emitted, new, None if rows.random is None else new_q)
         keep = rows.still_active()
         target.select(keep)

@@ -35,6 +35,6 @@ def decode_reference(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: i
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(valid),
                        logits_to_keep=B + 1).logits[:, :B]  # (R, B, V)
         tokens, conf, n_acc = rows.accept(logits, live, tau)
-        event, _ = rows.commit(live, tokens, conf, n_acc, tau)
+        event = rows.commit(live, tokens, conf, n_acc, tau).event
         rows.still_active()
         yield event

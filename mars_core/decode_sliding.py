@@ -51,7 +51,8 @@ def decode_sliding(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int
         n_real = n_real + torch.tensor([len(f) for f in feed], device=rows.device)
         live = rows.active
         tokens, conf, n_acc = rows.accept(out.logits, live, tau)
-        event, feed = rows.commit(live, tokens, conf, n_acc, tau)
+        step = rows.commit(live, tokens, conf, n_acc, tau)
+        event, feed = step.event, step.taken
         keep = rows.still_active()
         feed = [feed[i] for i in keep]
         if keep:
@@ -79,6 +80,7 @@ def decode_sliding_one(model: PreTrainedModel, rows: Rows, mask_id: int) -> Iter
         if B > 1:
             cache.crop(-(B - 1))
         tokens, conf, n_acc = rows.accept(out.logits, rows.active, tau)
-        event, (feed,) = rows.commit(rows.active, tokens, conf, n_acc, tau)
+        step = rows.commit(rows.active, tokens, conf, n_acc, tau)
+        event, (feed,) = step.event, step.taken
         rows.still_active()
         yield event

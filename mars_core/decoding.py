@@ -3,7 +3,7 @@
 A decoder owns the model calls and the KV cache; `Rows` owns everything a caller sees: the
 generated ids, when a sequence stops (EOS or `max_new_tokens`), the counts behind tokens per
 forward, and the per-step events a streaming caller reads. `Rows.commit` moves one step's
-acceptance to the host with a single sync.
+acceptance to the host with a single sync and returns what the step decided (`Outcome`).
 """
 from __future__ import annotations
 
@@ -150,13 +150,12 @@ class Rows:
         return accept(logits, tau, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
 
     def commit(self, rows: list[int], tokens: torch.Tensor, conf: torch.Tensor, n_accept: torch.Tensor, tau: float,
-               extra: torch.Tensor | None = None) -> tuple[StepEvent, list[list[int]]]:
+               extra: torch.Tensor | None = None) -> Outcome:
         """Record one forward for the decoding sequences `rows` (original indices).
 
         tokens, conf: (R, B); n_accept: (R,). Accepted tokens are cut at the first stop id and
-        at `max_new_tokens`. Returns the event and, per row of `rows`, the ids to feed back.
-        `extra` (R, m), optional, travels to the host in the same sync: `self.synced` then holds
-        its rows as lists of floats.
+        at `max_new_tokens`. `extra` (R, m), optional, travels to the host in the same sync and
+        comes back in each `RowOutcome.extra`.
         """
         remaining = torch.tensor([self.cfg.max_new_tokens - len(self.out[r]) for r in rows],
                                  device=tokens.device)
@@ -164,28 +163,23 @@ class Rows:
         packed = pack(tokens, conf, take, done, extra).tolist()  # the one host sync
         return self.record(rows, packed, tau, tokens.shape[1])
 
-    def record(self, rows: list[int], packed: list[list[float]], tau: float,
-               B: int) -> tuple[StepEvent, list[list[int]]]:
+    def record(self, rows: list[int], packed: list[list[float]], tau: float, B: int) -> Outcome:
         """The host half of `commit`: `packed` holds one `pack`ed row (block B) per sequence of `rows`."""
-        self.synced = [row[2 * B + 2:] for row in packed]
+        outcomes = [unpack(row, B) for row in packed]
         counts = [0] * len(self.prompts)
-        feed = []
         ev_tokens = [[] for _ in self.prompts]
         ev_conf = [[] for _ in self.prompts]
         proposed = [[] for _ in self.prompts]
         proposed_conf = [[] for _ in self.prompts]
-        for r, row in zip(rows, packed):
-            k = int(row[2 * B])
-            ids = [int(t) for t in row[:k]]
-            if row[2 * B + 1] and k < self.cfg.max_new_tokens - len(self.out[r]):
-                self.stop_token[r] = int(row[k])  # done before the cap: a stop id ended it
-            self.out[r].extend(ids)
-            self.conf[r].extend(row[B:B + k])
-            ev_tokens[r], ev_conf[r] = ids, row[B:B + k]
-            proposed[r], proposed_conf[r] = [int(t) for t in row[:B]], row[B:2 * B]
-            self.finished[r] = self.finished[r] or bool(row[2 * B + 1])
-            counts[r] = max(k, 1)  # a step that only emitted EOS still used the forward
-            feed.append(ids)
+        for r, o in zip(rows, outcomes):
+            if o.done and len(o.taken) < self.cfg.max_new_tokens - len(self.out[r]):
+                self.stop_token[r] = o.next_id  # done before the cap: a stop id ended it
+            self.out[r].extend(o.taken)
+            self.conf[r].extend(o.conf)
+            ev_tokens[r], ev_conf[r] = o.taken, o.conf
+            proposed[r], proposed_conf[r] = o.proposed, o.proposed_conf
+            self.finished[r] = self.finished[r] or o.done
+            counts[r] = max(len(o.taken), 1)  # a step that only emitted EOS still used the forward
         self.stats.forwards += 1
         self.stats.row_forwards += len(rows)
         self.stats.tokens += sum(len(t) for t in ev_tokens)
@@ -193,7 +187,7 @@ class Rows:
         self.stats.seconds = time.perf_counter() - self.t0
         event = StepEvent(self.stats.forwards - 1, ev_tokens, ev_conf, list(self.finished),
                           self.stats.forwards, self.stats.tokens, self.stats.seconds, tau, proposed, proposed_conf)
-        return event, feed
+        return Outcome(event, outcomes)
 
     def running(self) -> bool:
         """Is there a sequence left to decode? A stopped control ends the decode here."""
@@ -223,6 +217,33 @@ def cut(tokens: torch.Tensor, n_accept: torch.Tensor, stop_ids: torch.Tensor,
     return take, hit | (take >= remaining)
 
 
+@dataclass
+class RowOutcome:
+    """One row's part of a step, as the host reads it back (`unpack`)."""
+
+    taken: list[int]  # the ids kept: accepted, cut at the first stop id and at the budget
+    conf: list[float]  # their confidences
+    done: bool  # the row stops here (a stop id, or the budget)
+    next_id: int | None  # the prediction right after the kept ones (the stop id, when one ended the row)
+    proposed: list[int]  # every prediction of the forward, kept or not
+    proposed_conf: list[float]
+    extra: list[float]  # the decoder's own columns (`pack`'s extra), empty if none
+
+
+@dataclass
+class Outcome:
+    """What one step decided: the event a caller sees, and each decoding row's `RowOutcome`
+    (in the order the step was given its rows)."""
+
+    event: StepEvent
+    rows: list[RowOutcome]
+
+    @property
+    def taken(self) -> list[list[int]]:
+        """Per row, the ids to feed back."""
+        return [o.taken for o in self.rows]
+
+
 def pack(tokens: torch.Tensor, conf: torch.Tensor, take: torch.Tensor, done: torch.Tensor,
          extra: torch.Tensor | None = None) -> torch.Tensor:
     """One step's outcome as one tensor, so that the host reads it with a single sync:
@@ -232,6 +253,13 @@ def pack(tokens: torch.Tensor, conf: torch.Tensor, take: torch.Tensor, done: tor
     if extra is not None:
         cols.append(extra.double())
     return torch.cat(cols, dim=1)
+
+
+def unpack(row: list[float], B: int) -> RowOutcome:
+    """One row of `pack`'s tensor, read on the host (block B)."""
+    k, done = int(row[2 * B]), bool(row[2 * B + 1])
+    return RowOutcome([int(t) for t in row[:k]], row[B:B + k], done, int(row[k]) if k < B else None,
+                      [int(t) for t in row[:B]], row[B:2 * B], row[2 * B + 2:])
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,7 @@ import torch
 from .acceptance import accept
 from .config import DecodeConfig, TauControl, _check_int, check_tau
 from .decode_cursor import CursorCache, cursor_forward
-from .decoding import RowRandom, cut
+from .decoding import RowRandom, cut, pack, unpack
 from .masks import require_sdpa
 from .prompts import context_limit, special_ids
 from .tau_policy import FixedTau, Load
@@ -240,20 +240,18 @@ class Batcher:
         tokens, conf, n_acc = accept(logits, tau_t, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
         remaining = torch.tensor([s.request.max_new_tokens - len(s.out) for s in live], device=logits.device)
         take, done = cut(tokens, n_acc, self.stop_ids, remaining)
-        packed = torch.cat([tokens.double(), conf.double(), take[:, None].double(),
-                            done[:, None].double()], dim=1).tolist()  # the one host sync
+        packed = pack(tokens, conf, take, done).tolist()  # the one host sync
         events = []
         for s, row, t in zip(live, packed, taus):
-            k = int(row[2 * P])
-            ids, cf = [int(x) for x in row[:k]], row[P:P + k]
+            o = unpack(row, P)  # the same per-row outcome the decoders read
             s.cursor += len(s.feed)
-            s.feed = ids
-            s.out.extend(ids)
-            s.conf.extend(cf)
+            s.feed = o.taken
+            s.out.extend(o.taken)
+            s.conf.extend(o.conf)
             s.taus.append(t)
-            s.accepted.append(max(k, 1))
-            s.finished = bool(row[2 * P + 1])
-            events.append(RequestEvent(s.request_id, ids, cf, t, s.finished))
+            s.accepted.append(max(len(o.taken), 1))
+            s.finished = o.done
+            events.append(RequestEvent(s.request_id, o.taken, o.conf, t, s.finished))
         return events
 
     def _retire(self) -> None:

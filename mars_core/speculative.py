@@ -79,7 +79,7 @@ def fit_vocab(logits: torch.Tensor, V: int) -> torch.Tensor:
 
 
 class ModelDrafter:
-    """K drafts per step from a draft model; `update` rolls back what the target rejected."""
+    """K drafts per step from a draft model (a `drafter.Drafter`); `update` rolls back what the target rejected."""
 
     def __init__(self, context: NoCacheContext | CursorContext, rows: Rows, K: int, vocab: int):
         self.ctx, self.rows, self.K, self.V = context, rows, K, vocab
@@ -123,8 +123,10 @@ class ModelDrafter:
         self.fed = [K - t for t in last]
         return drafts, q
 
-    def update(self, j: list[int], emitted: list[list[int]], *_) -> None:
-        """The target accepted j[i] drafts of row i and emitted `emitted[i]` (drafts included)."""
+    def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]] | None = None,
+               q: torch.Tensor | None = None) -> None:
+        """The target accepted j[i] drafts of row i and emitted `emitted[i]` (drafts included);
+        the target's own next drafts (`drafts`, `q`) are not used: this drafter has a model."""
         kept = [min(a, f) for a, f in zip(j, self.fed)]
         self.ctx.rollback([f - k for f, k in zip(self.fed, kept)])
         self.pending = [e[k:] for e, k in zip(emitted, kept)]

@@ -97,7 +97,7 @@ class AdversarialDrafter:
                     q[i, a, t] = 1.0
         return drafts, q
 
-    def update(self, *_):
+    def update(self, j, emitted, drafts, q):
         pass
 
     def select(self, keep):
@@ -287,3 +287,19 @@ def test_padded_draft_vocabulary_is_accepted(model, tokenizer):
     wide = make_model("qwen2", len(tokenizer) + 37, seed=2, head_scale=30.0)
     res = generate(model, tokenizer, PROMPTS[:2], spec_cfg("cursor"), draft_model=wide)
     assert res.token_ids == [hf_greedy(model, tokenizer, p, 24) for p in PROMPTS[:2]]
+
+
+def test_every_drafter_implements_the_protocol(model, tokenizer):
+    from mars_core.drafter import Drafter, SelfDrafter
+    from mars_core.speculative import ModelDrafter
+    from mars_core.verify_forward import NoCacheContext
+
+    cfg = spec_cfg("none")
+    ids = [encode_prompt(tokenizer, p) for p in BATCH[:2]]
+    mask_id, pad_id, stop = special_ids(model, tokenizer)
+    rows = Rows(ids, cfg, TauControl(cfg.tau, cfg.metric), stop, "cpu")
+    drafters = [SelfDrafter(2, 3), ModelDrafter(NoCacheContext(model, 2, mask_id, pad_id, "cpu"), rows, 3, 300),
+                AdversarialDrafter(rows, [[1]] * 2, 0.0, 0.0, 300)]
+    assert all(isinstance(d, Drafter) for d in drafters)
+    with pytest.raises(ValueError, match="must implement mars_core.drafter.Drafter"):
+        next(decode_exact(model, rows, mask_id, pad_id, drafter=object()))
