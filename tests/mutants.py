@@ -23,11 +23,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE_TESTS = ("tests/test_scripted.py tests/test_scripted_exact.py tests/test_exact.py tests/test_exact_sampling.py "
-              "tests/test_decoders.py tests/test_cursor.py tests/test_compiled.py tests/test_serving.py "
-              "tests/test_tau_policy.py tests/test_hub.py tests/test_decode_stats.py")
-TESTS = {"mars_core/export.py": "tests/test_export.py tests/test_hub.py",
-         "benchmarks/load_sim.py": "tests/test_load.py tests/test_app_under_load.py"}
+EXACT = "tests/test_scripted_exact.py tests/test_exact.py tests/test_exact_sampling.py tests/test_hub.py"
+DECODE = "tests/test_scripted.py tests/test_decoders.py tests/test_cursor.py tests/test_decode_stats.py tests/test_compiled.py"
+# per mutated file, the tests that exercise it (fast, independent oracles first: with -x a kill is quick)
+TESTS = {
+    "mars_core/acceptance.py": f"tests/test_scripted.py tests/test_exact_sampling.py tests/test_decoders.py {EXACT} "
+                               "tests/test_serving.py tests/test_compiled.py",
+    "mars_core/verify.py": EXACT,
+    "mars_core/decode_exact.py": EXACT,
+    "mars_core/speculative.py": EXACT,
+    "mars_core/decoding.py": f"{DECODE} {EXACT}",
+    "mars_core/serving.py": "tests/test_scripted.py tests/test_serving.py tests/test_load.py tests/test_app_under_load.py",
+    "mars_core/tau_policy.py": "tests/test_tau_policy.py tests/test_serving.py tests/test_load.py",
+    "mars_core/export.py": "tests/test_export.py tests/test_hub.py",
+    "benchmarks/load_sim.py": "tests/test_load.py tests/test_app_under_load.py",
+}
 
 # (name, file, old text, new text): `old` must occur exactly once in the file
 MUTANTS = [
@@ -63,7 +73,8 @@ MUTANTS = [
     ("group after the previous draft", "mars_core/decode_exact.py", "match = sel == j[:, None]", "match = sel == (j[:, None] - 1).clamp_min(0)"),
     ("spec block without a group not cut", "mars_core/decode_exact.py",
      "            n_block = torch.where(has_group, n_block, torch.ones_like(n_block))\n", ""),
-    ("new drafts without a group", "mars_core/decode_exact.py", "if len(x) > 1 and x[1] else []", "if len(x) > 1 else []"),
+    ("new drafts without a group", "mars_core/decode_exact.py", "if len(o.extra) > 1 and o.extra[1] else []",
+     "if len(o.extra) > 1 else []"),
     ("feed drops the AR token", "mars_core/decode_exact.py", "feed = [e[a:] for e, a in zip(emitted, js)]",
      "feed = [e[a + 1:] for e, a in zip(emitted, js)]"),
     ("verified count not cut", "mars_core/decode_exact.py", "event.verified[r] = min(a, len(e))", "event.verified[r] = a"),
@@ -83,7 +94,10 @@ MUTANTS = [
     ("draft thinks every draft was fed", "mars_core/speculative.py", "self.fed = [K - t for t in last]", "self.fed = [K for t in last]"),
     # shared bookkeeping
     ("budget not cut", "mars_core/decoding.py", "take = torch.minimum(first_stop, remaining)", "take = first_stop"),
-    ("EOS-only step counts 0", "mars_core/decoding.py", "counts[r] = max(k, 1)", "counts[r] = k"),
+    ("EOS-only step counts 0", "mars_core/decoding.py", "counts[r] = max(len(o.taken), 1)", "counts[r] = len(o.taken)"),
+    ("stop token read one late", "mars_core/decoding.py", "int(row[k]) if k < B else None", "int(row[k + 1]) if k + 1 < B else None"),
+    ("stop recorded at the cap", "mars_core/decoding.py", "if o.done and len(o.taken) < self.cfg.max_new_tokens - len(self.out[r]):",
+     "if o.done:"),
     ("stop after the EOS", "mars_core/decoding.py", "first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)",
      "first_stop = torch.where(hit, stop.float().argmax(dim=1) + 1, n_accept)"),
     # serving
@@ -94,7 +108,8 @@ MUTANTS = [
      "strict = any(_strictest(t, self.cfg.metric) for t in taus)"),
     ("per-request tau ignored", "mars_core/serving.py",
      "taus = [s.request.control.tau if s.request.control is not None else tau for s in self.live]", "taus = [tau for s in self.live]"),
-    ("EOS-only step counts 0 (serving)", "mars_core/serving.py", "s.accepted.append(max(k, 1))", "s.accepted.append(k)"),
+    ("EOS-only step counts 0 (serving)", "mars_core/serving.py", "s.accepted.append(max(len(o.taken), 1))",
+     "s.accepted.append(len(o.taken))"),
     ("stopped queued request still starts", "mars_core/serving.py",
      "        self.waiting = deque(s for s in self.waiting if not s.finished)\n", ""),
     ("finished replies not reported", "mars_core/serving.py", "            self._replies.append(len(s.out))\n", ""),
@@ -175,7 +190,7 @@ def main(argv=None) -> int:
         for name, rel, old, new in MUTANTS:
             if args.only and args.only not in name:
                 continue
-            r = run_one(tree, name, rel, old, new, args.tests or TESTS.get(rel, CORE_TESTS), args.timeout)
+            r = run_one(tree, name, rel, old, new, args.tests or TESTS[rel], args.timeout)
             results.append(r)
             print(f"{r['result']:<22} {rel:<28} {name}  {r.get('detail', '')}", flush=True)
     finally:

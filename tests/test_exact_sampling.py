@@ -122,6 +122,16 @@ def test_exact_modes_sample_like_ar(target, drafter, case):
     assert p > ALPHA, f"{case}: chi2 = {stat:.1f} on {df} df, p = {p:.2e}"
 
 
+@pytest.mark.parametrize("kw", [dict(mode="ar"), dict(mode="mars", tau=1.0, block_size=4)], ids=["ar", "mars-tau-1"])
+def test_plain_sampling_follows_the_tempered_distribution(target, kw):
+    """AR sampling, and MARS at the strictest tau (one token per forward), draw each token from
+    softmax(logits / temperature): a temperature != 1 so that a forgotten division shows."""
+    cfg = DecodeConfig(cache="cursor", max_new_tokens=LENGTH, temperature=0.6, **kw)
+    stat, df, p = chi_square(sample(target, cfg), exact_ar(target, 0.6))
+    assert p > ALPHA, f"chi2 = {stat:.1f} on {df} df, p = {p:.2e}"
+    assert chi_square(sample(target, cfg), exact_ar(target, 1.0))[2] < 1e-6  # the test tells the two apart
+
+
 def test_the_test_has_power(target):
     """Plain MARS sampling at tau 0.3 takes mask predictions unverified: the test must reject it."""
     cfg = DecodeConfig(mode="mars", tau=0.3, block_size=4, temperature=1.0, cache="cursor", max_new_tokens=LENGTH)

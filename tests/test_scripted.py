@@ -14,6 +14,8 @@ make rows accept 1 to B tokens per step.
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -158,3 +160,30 @@ def test_serving_rows_with_their_own_tau_and_freed_slots(tokenizer, scripted):
     assert max(s.running for s in steps) == 2
     joined = [a for s in steps for a in s.admitted]
     assert joined == rids and any(s.admitted and s.step > 0 for s in steps)  # later requests took freed rows
+
+
+@pytest.mark.parametrize("cache", ["none", "cursor"])
+def test_entropy_metric_accepts_a_confidence_exactly_on_tau(tokenizer, scripted, cache):
+    """Entropy: accept while H <= tau. Scripted entropies are exact in float32: 0 (HIGH), 2 x
+    0.5 ln 2 (EDGE, = tau here) and ln 4 (LOW), so the expectation is the probability rule's."""
+    model, script = scripted
+    half = torch.tensor(0.5)
+    tau = float(-(half * torch.log(half)) * 2)  # the entropy of the EDGE prediction, in float32
+    cfg = DecodeConfig(tau=tau, metric="entropy", block_size=B, cache=cache, max_new_tokens=MAX_NEW)
+    got = generate(model, tokenizer, PROMPTS, cfg)
+    want = [expected(script, L, B) for L in _lengths(tokenizer, PROMPTS)]
+    assert got.token_ids == [t for t, _ in want]
+    assert [got.stats.per_sequence(i) for i in range(len(PROMPTS))] == [s for _, s in want]
+
+
+def test_confidences_follow_their_definitions():
+    """Each metric on a distribution written by hand (not through the code under test)."""
+    from mars_core.acceptance import confidence
+
+    probs = torch.tensor([[[0.6, 0.3, 0.1]]])
+    token = torch.tensor([[0]])
+    assert confidence(probs, token, "probability").item() == pytest.approx(0.6)
+    assert confidence(probs, token, "margin").item() == pytest.approx(0.3)
+    h = -(0.6 * math.log(0.6) + 0.3 * math.log(0.3) + 0.1 * math.log(0.1))
+    assert confidence(probs, token, "entropy").item() == pytest.approx(h, rel=1e-5)
+    assert confidence(probs, torch.tensor([[1]]), "probability").item() == pytest.approx(0.3)
