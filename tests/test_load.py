@@ -111,3 +111,25 @@ def test_settings_from_the_command_line_defaults():
 def test_percentiles():
     assert pct([], 0.5) is None and pct([3.0], 0.95) == 3.0
     assert pct([1, 2, 3, 4], 0.5) == 2.5 and pct(list(range(101)), 0.95) == 95
+
+
+def _raw(latencies, stopped=False):
+    n = len(latencies)
+    return {"finish": list(latencies), "first": [0.5] * n, "outs": [[1, 2]] * n, "taus": [[1.0]] * n,
+            "stopped": stopped, "row_forwards": 2 * n, "forwards": n, "wall_seconds": 1.0, "steps": [{"t": 1.0}]}
+
+
+def test_the_verdict_is_the_p95_latency_against_the_target():
+    """Requests arriving at t = 0 that finish 1, 2, ..., 20 s later: p95 = 19.05 s by interpolation,
+    median 10.5 s. The verdict is p95 <= target, and a run cut by its time limit never meets it."""
+    from benchmarks.load_sim import summarise
+
+    lat = [float(x) for x in range(1, 21)]
+    arr = [(0.0, "steady")] * 20
+    verdict = lambda target, stopped=False: summarise(_raw(lat, stopped), arr, [None] * 20, [None] * 20,
+                                                      target)["meets_target"]
+    assert verdict(19.05) and verdict(25.0)
+    assert not verdict(19.0) and not verdict(11.0)  # the median (10.5) would pass 11 s
+    assert not verdict(25.0, stopped=True)
+    s = summarise(_raw(lat), arr, [None] * 20, [None] * 20, 19.05)
+    assert s["p95_latency"] == pytest.approx(19.05) and s["p50_latency"] == 10.5 and s["finished"] == 20

@@ -61,13 +61,26 @@ def test_missing_mask_token_is_added_and_embeddings_grow(tmp_path):
     assert loaded.get_input_embeddings().weight.shape[0] == len(bare) + 1
 
 
-def test_8bit_loading_runs_on_cpu(tmp_path, tokenizer):
+@pytest.mark.parametrize("quantization,layer,footprint,cosine", [("8bit", "Linear8bitLt", 0.6, 0.999),
+                                                                   ("4bit", "Linear4bit", 0.5, 0.98)])
+def test_quantized_loading_is_quantized_and_keeps_the_model(tmp_path, tokenizer, quantization, layer, footprint, cosine):
+    """Every linear layer of the blocks is bitsandbytes', the model is smaller, its logits stay
+    those of the full-precision model (a load with the wrong or random weights would not), and
+    decoding runs: MARS at tau 1 equals AR on the quantized model."""
     pytest.importorskip("bitsandbytes")
     save(tmp_path, tokenizer)
-    model, tok = load_model(str(tmp_path), device="cpu", quantization="8bit")
-    assert getattr(model, "is_quantized", False)
-    res = generate(model, tok, PROMPTS[:1], DecodeConfig(mode="ar", max_new_tokens=4))
-    assert len(res.token_ids[0]) > 0
+    full, _ = load_model(str(tmp_path), device="cpu")
+    model, tok = load_model(str(tmp_path), device="cpu", quantization=quantization)
+    blocks = [m for name, m in model.named_modules() if ".layers." in name and isinstance(m, torch.nn.Linear)]
+    assert blocks and all(type(m).__name__ == layer for m in blocks), {type(m).__name__ for m in blocks}
+    assert model.get_memory_footprint() < footprint * full.get_memory_footprint()
+    ids = torch.tensor([tok(PROMPTS[0])["input_ids"]])
+    with torch.no_grad():
+        a, b = full(input_ids=ids).logits.flatten(), model(input_ids=ids).logits.float().flatten()
+    assert torch.nn.functional.cosine_similarity(a, b, dim=0) > cosine
+    ar = generate(model, tok, PROMPTS[:2], DecodeConfig(mode="ar", max_new_tokens=6, cache="cursor"))
+    strict = generate(model, tok, PROMPTS[:2], DecodeConfig(tau=1.0, max_new_tokens=6, cache="cursor"))
+    assert ar.token_ids == strict.token_ids and all(ar.token_ids)
 
 
 @pytest.mark.parametrize("path,match", [

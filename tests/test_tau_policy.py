@@ -170,3 +170,18 @@ def test_tightening_uses_the_forward_time_measured_at_the_stricter_rung():
     assert p.tau < 1.0
     taus = [step(0, 1) for _ in range(300)]
     assert taus[-1] == 1.0
+
+
+def test_the_cost_lookup_takes_the_nearest_larger_batch_seen():
+    """A forward's time is recorded under the rung and row count of the forward it measured (the
+    previous call's); the lookup takes the median at that count, else at the nearest larger one."""
+    from collections import deque
+
+    p = AdaptiveTau(AdaptiveConfig(tau_min=0.8, tau_max=1.0, step=0.1))
+    p(Load(waiting=0, running=3, slots=8))
+    p(Load(waiting=0, running=5, slots=8, step_seconds=0.2, tokens_per_row=1.0))
+    assert {n: list(v) for n, v in p.cost[0].items()} == {3: [0.2]}  # 3 rows ran the measured forward
+    p.cost[1] = {2: deque([0.1, 0.3, 0.2]), 4: deque([0.4]), 8: deque([0.5, 0.7])}
+    assert p._forward_cost(1, 2) == 0.2 and p._forward_cost(1, 1) == 0.2
+    assert p._forward_cost(1, 3) == 0.4 and p._forward_cost(1, 5) == 0.6
+    assert p._forward_cost(1, 9) is None and p._forward_cost(2, 1) is None
