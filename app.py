@@ -110,9 +110,14 @@ def _wire_page_load(demo: gr.Blocks, ui: UI, status: gr.Markdown) -> None:
                [ui.session], [status, timer], queue=False, show_progress="hidden", api_visibility="private")
 
 
+# The app takes no files, but Gradio serves an upload route to anyone: a limit of a few bytes
+# keeps an anonymous visitor from filling the server's disk through it.
+MAX_UPLOAD_BYTES = 16
+
+
 def launch(demo: gr.Blocks, **kwargs):
-    """demo.launch with the app's CSS, no server-side rendering and no tracebacks to users."""
-    kw = dict(css=style.CSS, js=style.JS, ssr_mode=False, show_error=False)
+    """demo.launch with the app's CSS, no server-side rendering, no tracebacks to users and no uploads."""
+    kw = dict(css=style.CSS, js=style.JS, ssr_mode=False, show_error=False, max_file_size=MAX_UPLOAD_BYTES)
     kw.update(kwargs)
     return demo.launch(**kw)
 

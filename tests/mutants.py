@@ -158,7 +158,7 @@ def run_one(tree: Path, name: str, rel: str, old: str, new: str, tests: str, tim
     try:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rf", "--tb=no",
                                *tests.split()], cwd=tree, capture_output=True, text=True, timeout=timeout,
-                              env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+                              env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", COLUMNS="400"))
         out = proc.stdout + proc.stderr
         code = proc.returncode
     except subprocess.TimeoutExpired:
@@ -170,7 +170,8 @@ def run_one(tree: Path, name: str, rel: str, old: str, new: str, tests: str, tim
         result, detail = "survived", ""
     elif failed:
         kind = failed.group(2) or ""
-        result = "killed (assertion)" if kind in ("AssertionError", "Failed", "") or kind.startswith("assert") else f"killed ({kind})"
+        assertion = kind in ("AssertionError", "Failed", "") or kind.startswith("assert") or "assert".startswith(kind)
+        result = "killed (assertion)" if assertion else f"killed ({kind})"
         detail = failed.group(1)
     else:
         result, detail = ("timeout" if code == -1 else "error"), out.strip().splitlines()[-1] if out.strip() else ""

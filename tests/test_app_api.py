@@ -90,3 +90,13 @@ def test_out_of_range_values_get_field_named_messages(client, capfd, api, args, 
             client.predict(*args, api_name=api)
     assert message in str(e.value) and "Traceback" not in str(e.value)
     assert "Traceback" not in capfd.readouterr().err  # nothing for the server log either
+
+
+def test_uploads_are_refused(server):
+    """The app takes no files: an anonymous 1 MB upload must not land on the server's disk."""
+    import httpx
+
+    r = httpx.post(server + "gradio_api/upload", files={"files": ("big.bin", b"x" * (1 << 20))}, timeout=30)
+    assert r.status_code >= 400, r.status_code
+    r = httpx.post(server + "gradio_api/upload", files={"files": ("small.txt", b"x" * 1024)}, timeout=30)
+    assert r.status_code >= 400, r.status_code
