@@ -23,6 +23,8 @@ from .validate import as_choice, as_float, as_int
 AR_CACHE = "cursor"  # the fastest AR cache in the benchmark (README): AR at its best
 DEFAULT_CACHE = "cursor"  # the fastest MARS cache in the benchmark
 MAX_REPEATS = 7
+CACHE_BLOCK = (4, 64)  # B_cache range: the slider's and the API's
+MIN_NEW = 8  # fewest new tokens a batch run generates (slider and API)
 
 
 class BatchTab:
@@ -39,9 +41,9 @@ class BatchTab:
         batch_size = as_int("batch size", batch_size, 1, self.opts.batch_max)
         cache = as_choice("cache", cache, CACHES)
         block_size = as_int("block size", block_size, 1, self.opts.max_block_size)
-        cache_block_size = as_int("cache block size", cache_block_size, block_size, 256)
+        cache_block_size = as_int("cache block size", cache_block_size, max(block_size, CACHE_BLOCK[0]), CACHE_BLOCK[1])
         tau = as_float("tau", tau, 0.0, 1.0)
-        max_new_tokens = as_int("max new tokens", max_new_tokens, 1, self.core.max_new_cap(session))
+        max_new_tokens = as_int("max new tokens", max_new_tokens, MIN_NEW, self.core.max_new_cap(session))
         repeats = as_int("repeats", repeats, 1, MAX_REPEATS)
         mars, ar = self.core.models_for(session)
         ar = ar or mars
@@ -107,10 +109,10 @@ def add_tab(ui: UI) -> BatchTab:
         with gr.Row():
             size = fields.Slider(1, opts.batch_max, value=min(4, opts.batch_max), step=1, label="batch size")
             cache = fields.Dropdown(list(CACHES), value=DEFAULT_CACHE, label="MARS cache mode")
-            cblock = fields.Slider(4, 64, value=16, step=4, label="B_cache (block cache)")
+            cblock = fields.Slider(*CACHE_BLOCK, value=16, step=4, label="B_cache (block cache)")
             tau = fields.Slider(0.0, 1.0, value=0.9, step=0.01, label="tau")
             block = fields.Slider(1, opts.max_block_size, value=ui.core.default_block, step=1, label="block size")
-            max_new = fields.Slider(8, ui.core.max_new_cap(), value=min(64, ui.core.max_new_cap()), step=8,
+            max_new = fields.Slider(MIN_NEW, ui.core.max_new_cap(), value=min(64, ui.core.max_new_cap()), step=8,
                                     label="max new tokens")
             repeats = fields.Slider(1, MAX_REPEATS, value=3, step=1, label="runs per side (median)")
         btn = gr.Button("Run batch", variant="primary", elem_id="batch-run")

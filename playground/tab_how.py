@@ -13,16 +13,19 @@ from .ui import UI
 from .validate import as_int
 
 
+MASK_N, MASK_B = (2, 32), (1, 16)  # the sliders' ranges, and the API's
+
+
 class HowTab:
     def mask_plot(self, n, block_size):
-        n = as_int("n", n, 1, 64)
-        block_size = as_int("B", block_size, 1, 32)
+        n = as_int("n", n, *MASK_N)
+        block_size = as_int("B", block_size, *MASK_B)
         return plots.mask_figure(n, block_size)
 
     def mask_api(self, n: int = 8, block_size: int = 4) -> list:
         """The MARS training mask (2n x 2n, 1 = may attend) for the layout [noisy | clean]."""
-        n = as_int("n", n, 1, 64)
-        block_size = as_int("block_size", block_size, 1, 32)
+        n = as_int("n", n, *MASK_N)
+        block_size = as_int("block_size", block_size, *MASK_B)
         return mars_training_mask(n, block_size).int().tolist()
 
     def window_plot(self, session: Session):
@@ -37,8 +40,8 @@ def add_tab(ui: UI) -> HowTab:
                     "token sees the earlier noisy tokens of its own block and every clean token of earlier "
                     "blocks. Computed by `mars_training_mask` itself.")
         with gr.Row():
-            m_n = gr.Slider(2, 32, value=8, step=1, label="n (tokens)")
-            m_b = gr.Slider(1, 16, value=4, step=1, label="B (block size)")
+            m_n = gr.Slider(*MASK_N, value=8, step=1, label="n (tokens)")
+            m_b = gr.Slider(*MASK_B, value=4, step=1, label="B (block size)")
         mask_plot = gr.Plot(plots.mask_figure(8, 4), elem_id="mask-plot", label="training mask")
         gr.Markdown("**Inference.** Each forward appends `B` masks after the prefix and accepts predictions "
                     "left to right while confident. Below: the forwards of your last MARS generation.")

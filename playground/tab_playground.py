@@ -165,13 +165,15 @@ class PlaygroundTab:
         yield self._render(duel, True)
 
     def api_generate(self, prompt: str, tau: float = 0.95, block_size: int = 4, metric: str = "probability",
-                     temperature: float = 0.0, seed: int = 0, max_new_tokens: int = 128, cache: str = "sliding",
+                     temperature: float = 0.0, seed: int = 0, max_new_tokens: int | None = None, cache: str = "sliding",
                      ar_side: str = AR_SIDES[0], mars_mode: str = "mars", request: gr.Request = None) -> dict:
         """Decode `prompt` with AR and MARS (the models this session chose with /load_models).
         `mars_mode`: "mars", "lossless" or "spec" (the AR checkpoint drafts). Returns per side:
         model name, text, token ids, accepted tokens per forward and stats; whether the outputs
-        agree (and whether the mode guarantees it), and the speed-up."""
+        agree (and whether the mode guarantees it), and the speed-up. `max_new_tokens`: the page's default (256) when not given."""
         session = self.core.sessions.get(getattr(request, "session_hash", None))
+        if max_new_tokens is None:  # the page's default
+            max_new_tokens = min(self.opts.default_max_new_tokens, self.core.max_new_cap(session))
         duel = self._duel(prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
                           session, mars_mode)
         for _ in duel.run():

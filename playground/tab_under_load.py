@@ -15,6 +15,7 @@ POLICIES = ("adaptive", "fixed 1.0", "fixed 0.95", "fixed 0.7")
 COMPARE = ("fixed 1.0", "fixed 0.7")  # the two ends a comparison adds
 PATTERNS = ("bursty", "steady")
 MAX_RATE, MAX_DURATION, MAX_SLOTS, MAX_REQUESTS = 20.0, 30.0, 8, 150
+MIN_DURATION = 3.0  # seconds of arrivals: the slider's and the API's lower bound
 
 CLAIM = ("**What the paper claims.** The confidence threshold tau is a speed dial that needs no model swap: a "
          "server can relax it when requests pile up and tighten it when it is idle, trading a little quality "
@@ -42,7 +43,7 @@ class UnderLoadTab:
 
         pattern = as_choice("pattern", pattern, PATTERNS)
         rate = as_float("rate", rate, 0.5, MAX_RATE)
-        duration = as_float("duration", duration, 1.0, MAX_DURATION)
+        duration = as_float("duration", duration, MIN_DURATION, MAX_DURATION)
         policy = as_choice("policy", policy, POLICIES)
         target = as_float("latency target", target, 0.05, 60.0)
         slots = as_int("slots", slots, 1, MAX_SLOTS)
@@ -89,7 +90,7 @@ def add_tab(ui: UI) -> UnderLoadTab:
         with gr.Row():
             rate = fields.Slider(0.5, MAX_RATE, value=20, step=0.5, label="rate (requests/s, the burst's)",
                                  elem_id="load-rate")
-            duration = fields.Slider(3, MAX_DURATION, value=12, step=1, label="duration (s of arrivals)",
+            duration = fields.Slider(MIN_DURATION, MAX_DURATION, value=12, step=1, label="duration (s of arrivals)",
                                      elem_id="load-duration")
             target = fields.Number(value=1.0, label="p95 latency target (s)", elem_id="load-target")
             slots = fields.Slider(1, MAX_SLOTS, value=4, step=1, label="batch slots", elem_id="load-slots")

@@ -64,8 +64,15 @@ def as_choice(name: str, value, allowed) -> str:
 
 
 def check_prompt(prompt, max_chars: int) -> str:
-    if not isinstance(prompt, str) or not prompt.strip():
+    if not isinstance(prompt, str):
+        raise ValueError(f"The prompt must be text, got {type(prompt).__name__} {_shown(prompt)}.")
+    if not prompt.strip():
         raise ValueError("The prompt is empty: type a question or pick an example.")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no tokenizer can encode it
+        raise ValueError("The prompt contains characters that are not valid Unicode text (a lone surrogate); "
+                         "retype or paste it again.") from None
     if len(prompt) > max_chars:
         raise ValueError(f"The prompt has {len(prompt):,} characters; the limit is {max_chars:,}.")
     return prompt

@@ -181,6 +181,7 @@ def test_decisions_follow_the_acceptance_rule(metric, tau, confs, accepted, fini
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(prompt="   "), "prompt is empty"),
+    (dict(prompt="a lone \ud800 surrogate"), "not valid Unicode text"),
     (dict(prompt="word " * 700), "the limit is 2,048"),
     (dict(prompt="word " * 400), "a prompt may have at most"),
     (dict(max_new=10_000), "max new tokens must be between 1 and 256"),
