@@ -20,7 +20,8 @@ class AppOptions:
     default_slow_ms: int = 50  # slow motion: a held-out example then takes a few seconds
     max_slow_ms: int = 500
     render_interval: float = 0.05  # seconds between UI updates while streaming
-    concurrency_limit: int = 2  # decodes running at once (all tabs share it)
+    concurrency_limit: int = 2  # Playground generations running at once
+    job_concurrency: int = 1  # long jobs (Frontier, Batch, Under load) running at once, apart from generations
     max_queue: int = 16
     frontier_max_n: int = 64
     batch_max: int = 16

@@ -116,10 +116,11 @@ def add_tab(ui: UI) -> BatchTab:
                                     label="max new tokens")
             repeats = fields.Slider(1, MAX_REPEATS, value=3, step=1, label="runs per side (median)")
         btn = gr.Button("Run batch", variant="primary", elem_id="batch-run")
+        ui.job_note()
         summary = gr.Markdown(elem_id="batch-summary", label="summary")
         plot = gr.Plot(plots.message_figure("Run a batch: the timeline of tokens accepted per sample and forward "
                                             "appears here.", height=160), elem_id="batch-plot", label="timeline")
     btn.click(guard(ui.gpu(tab.run)), [size, cache, cblock, tau, block, max_new, repeats, ui.session], [summary, plot],
-              api_name="batch", **ui.decode_limit)
+              api_name="batch", **ui.job_limit)
     ui.tabs["batch"] = tab
     return tab

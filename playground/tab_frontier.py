@@ -83,6 +83,7 @@ def add_tab(ui: UI) -> FrontierTab:
         gr.Markdown("Accuracy and tokens/s against tokens per forward over a tau sweep on held-out "
                     "synthetic problems (the paper's Figure 3). Shown first: the model card's sweep.")
         plot = gr.Plot(fig0, elem_id="frontier-plot", label="frontier")
+        ui.job_note()
         note = gr.Markdown(note0, elem_id="frontier-note", label="runs")
         with gr.Row():
             n = fields.Slider(1, opts.frontier_max_n, value=min(20, opts.frontier_max_n), step=1,
@@ -93,7 +94,7 @@ def add_tab(ui: UI) -> FrontierTab:
                                     label="max new tokens")
         btn = gr.Button("Run sweep", variant="primary", elem_id="frontier-run")
     btn.click(guard(ui.gpu(tab.run)), [n, taus, block, max_new, ui.session], [plot, note], api_name="frontier",
-              **ui.decode_limit)
+              **ui.job_limit)
     ui.on_models_changed([plot, note], tab.initial)
     ui.tabs["frontier"] = tab
     return tab

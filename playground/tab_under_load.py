@@ -101,8 +101,9 @@ def add_tab(ui: UI) -> UnderLoadTab:
                            label="latency, queue and tau over time", elem_id="load-timeline")
         front = gr.Plot(plots.message_figure("The latency-quality front<br>of each policy appears here.", height=200),
                         label="latency-quality front", elem_id="load-front")
+        ui.job_note()
         note = gr.Markdown(elem_id="load-note", label="summary")
     btn.click(guard(ui.gpu(tab.run)), [pattern, rate, duration, policy, compare, target, slots, ui.session],
-              [timeline, front, note], api_name="under_load", **ui.decode_limit)
+              [timeline, front, note], api_name="under_load", **ui.job_limit)
     ui.tabs["under_load"] = tab
     return tab

@@ -27,8 +27,23 @@ class UI:
 
     @property
     def decode_limit(self) -> dict:
-        """Concurrency for every decoding event: all tabs share one limit."""
+        """Concurrency of the Playground's generations (page and API): slots no long job can take."""
         return dict(concurrency_limit=self.opts.concurrency_limit, concurrency_id="decode")
+
+    def job_note(self) -> gr.Markdown:
+        """The bound a long-job tab shows its visitor."""
+        n = self.opts.job_concurrency
+        return gr.Markdown(f"<span class=\"muted\">Frontier, Batch and Under load runs share one queue: "
+                           f"{'one runs' if n == 1 else f'{n} run'} at a time, for all visitors, so that "
+                           "Playground generations never wait for them. Yours may wait for another visitor's "
+                           "run to finish.</span>")
+
+    @property
+    def job_limit(self) -> dict:
+        """Concurrency of the long jobs (Frontier sweep, Batch, Under load): a queue of their own
+        with `job_concurrency` slots (1: one job at a time for all visitors), so that one visitor's
+        jobs never hold the slots a generation needs."""
+        return dict(concurrency_limit=self.opts.job_concurrency, concurrency_id="jobs")
 
     def api(self, fn, api_name: str, output: str, **kwargs) -> None:
         """`gr.api` with its output named (Gradio names them "1st", "2nd"… on the API page)."""

@@ -3,6 +3,8 @@ choice, and field-named messages for out-of-range values (every decoding endpoin
 included) with no traceback in the server log."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import app
@@ -55,6 +57,7 @@ GENERATE = dict(prompt=PROMPT, tau=0.9, block_size=4, metric="probability", temp
                 max_new_tokens=16, cache="sliding", ar_side=AR_SIDES[0])
 STREAM = [PROMPT, 0.9, 4, "probability", 0.0, 0, 16, "sliding", AR_SIDES[0], 0]
 LOAD = ["steady", 0.5, 3, "adaptive", False, 1.0, 1]  # pattern, rate, duration, policy, compare, target, slots
+LOAD_LONG = ["steady", 10.0, 3, "adaptive", False, 1.0, 2]  # 30 requests: seconds on the test model
 
 
 @pytest.mark.parametrize("api,args,message", [
@@ -106,3 +109,17 @@ def test_uploads_are_refused(server):
     assert r.status_code >= 400, r.status_code
     r = httpx.post(server + "gradio_api/upload", files={"files": ("small.txt", b"x" * 1024)}, timeout=30)
     assert r.status_code >= 400, r.status_code
+
+
+def test_long_jobs_cannot_take_the_generation_slots(server):
+    """Two long jobs from two clients: one runs, the other waits in the jobs' own queue, and a
+    third client's generation runs at once (it needs neither job to finish)."""
+    from gradio_client import Client
+
+    jobs = [Client(server, verbose=False).submit(*LOAD_LONG, api_name="/under_load") for _ in range(2)]
+    time.sleep(1.0)  # both jobs are in the queue (one running)
+    out = Client(server, verbose=False).predict(prompt=PROMPT, max_new_tokens=8, api_name="/generate")
+    assert out["mars"]["stats"]["tokens"] > 0
+    assert not any(j.done() for j in jobs)  # the generation waited for neither job
+    for j in jobs:
+        j.result(timeout=300)
