@@ -57,7 +57,7 @@ def test_bundled_models_are_small_safetensors_folders():
         assert os.path.isfile(os.path.join(folder, "README.md"))
 
 
-# Every prompt README.md's playground/API/library snippets use, with its answer: a new one without
+# Every prompt the snippets of README.md and docs/ use, with its answer: a new one without
 # an answer here fails test_readme_prompts_are_all_listed.
 README_PROMPTS = {
     "Convert 324 months to years.": "27",
@@ -66,9 +66,14 @@ README_PROMPTS = {
 
 
 def readme_prompts() -> set[str]:
-    """The question-like string literals of README.md's ```python blocks."""
-    with open(os.path.join(os.path.dirname(os.path.dirname(ROOT)), "README.md"), encoding="utf-8") as f:
-        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    """The question-like string literals of the ```python blocks of README.md and docs/*.md."""
+    import glob
+
+    repo = os.path.dirname(os.path.dirname(ROOT))
+    blocks = []
+    for path in [os.path.join(repo, "README.md"), *sorted(glob.glob(os.path.join(repo, "docs", "*.md")))]:
+        with open(path, encoding="utf-8") as f:
+            blocks += re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
     return {s for b in blocks for s in re.findall(r'"([^"\n]+ [^"\n]*[?.])"', b)}
 
 
