@@ -303,3 +303,16 @@ def test_every_drafter_implements_the_protocol(model, tokenizer):
     assert all(isinstance(d, Drafter) for d in drafters)
     with pytest.raises(ValueError, match="must implement mars_core.drafter.Drafter"):
         next(decode_exact(model, rows, mask_id, pad_id, drafter=object()))
+
+
+def test_a_smaller_draft_vocabulary_never_proposes_the_ids_it_lacks():
+    """The draft's logits over the target's ids: its own, then ids it cannot propose (-inf: zero
+    probability greedy or sampled); a larger draft vocabulary is cut to the target's."""
+    from mars_core.speculative import fit_vocab
+
+    logits = torch.tensor([[[-5.0, -4.0, -3.0]]])  # every logit below 0
+    wide = fit_vocab(logits, 5)
+    assert wide.shape == (1, 1, 5) and torch.equal(wide[..., :3], logits)
+    assert torch.isneginf(wide[..., 3:]).all()
+    assert wide.argmax(-1).item() == 2 and torch.softmax(wide, -1)[..., 3:].sum() == 0
+    assert torch.equal(fit_vocab(torch.arange(6.0).reshape(1, 1, 6), 4), torch.arange(4.0).reshape(1, 1, 4))
