@@ -96,7 +96,7 @@ class RequestState:
     taus: list[float] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     finished: bool = False
-    cursor: int = 0  # cached tokens (= next slot = next position id)
+    cursor: int = 0  # cached tokens (= next slot = next position id); a request is admitted once, at 0
     feed: list[int] = field(default_factory=list)  # real tokens not yet in the cache
     random: RowRandom | None = None
 
@@ -224,8 +224,7 @@ class Batcher:
     def _admit(self) -> list[int]:
         admitted = []
         while self.waiting and len(self.live) < self.slots:
-            s = self.waiting.popleft()
-            s.cursor = 0  # the row's old key/values lie beyond the new cursor: never attended
+            s = self.waiting.popleft()  # its cursor is 0: the row's old key/values lie beyond it, never attended
             self.live.append(s)
             admitted.append(s.request_id)
         return admitted

@@ -236,3 +236,20 @@ def test_a_model_without_sdpa_is_refused(tokenizer):
     m.set_attn_implementation("eager")
     with pytest.raises(ValueError, match="sdpa"):
         Batcher(m, tokenizer, DecodeConfig())
+
+
+def test_a_request_stopped_while_queued_never_runs(model, tokenizer):
+    """One slot, two requests: the second is stopped while it waits. It must leave without a
+    forward (no tokens, no tau), and the first must finish as it would alone."""
+    ids = encode_prompt(tokenizer, PROMPTS[0])
+    queued = TauControl(0.9)
+    b = Batcher(model, tokenizer, DecodeConfig(block_size=4), slots=1)
+    first = b.submit(Request(ids, max_new_tokens=6))
+    second = b.submit(Request(ids, max_new_tokens=6, control=queued))
+    b.step()
+    assert len(b.waiting) == 1
+    queued.stop()
+    steps = list(b.run())
+    assert b.done[second].out == [] and b.done[second].taus == [] and b.done[second].finished
+    assert all(second not in s.admitted for s in steps)
+    assert b.done[first].out == alone(model, tokenizer, Request(ids, 6), [0.95] * 6)[0]

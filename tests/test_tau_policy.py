@@ -185,3 +185,15 @@ def test_the_cost_lookup_takes_the_nearest_larger_batch_seen():
     assert p._forward_cost(1, 2) == 0.2 and p._forward_cost(1, 1) == 0.2
     assert p._forward_cost(1, 3) == 0.4 and p._forward_cost(1, 5) == 0.6
     assert p._forward_cost(1, 9) is None and p._forward_cost(2, 1) is None
+
+
+def test_pressure_exactly_at_high_relaxes():
+    """Relax when pressure >= high: here pressure = 10 tokens x 0.1 s per token / 2 s = 0.5 = high
+    exactly (all exact in binary floating point), for `patience` forwards."""
+    cfg = AdaptiveConfig(tau_min=0.8, tau_max=1.0, step=0.1, latency_target=2.0, high=0.5, low=0.4, patience=3)
+    at_high = Load(waiting=0, running=1, slots=4, step_seconds=0.1, tokens_per_row=1.0, reply_tokens=10.0)
+    p = AdaptiveTau(cfg)
+    taus = [p(at_high) for _ in range(3)]
+    assert p.pressure == 0.5 and taus == [1.0, 1.0, 0.9]
+    below = AdaptiveTau(cfg)
+    assert [below(Load(0, 1, 4, 0.1, 1.0, 9.0)) for _ in range(6)] == [1.0] * 6  # pressure 0.45
