@@ -181,7 +181,7 @@ def run_one(tree: Path, name: str, rel: str, old: str, new: str, tests: str, tim
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default=None, help="run the mutants whose name contains this")
+    ap.add_argument("--only", default=None, help="run the mutants whose name contains one of these (comma-separated)")
     ap.add_argument("--tests", default=None, help="test files to run (default: per mutated file)")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
     results = []
     try:
         for name, rel, old, new in MUTANTS:
-            if args.only and args.only not in name:
+            if args.only and not any(part in name for part in args.only.split(",")):
                 continue
             r = run_one(tree, name, rel, old, new, args.tests or TESTS[rel], args.timeout)
             results.append(r)
