@@ -85,7 +85,7 @@ def test_export_of_the_bundled_model(exported):
     out, summary = exported
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "qwen2" and config["architectures"] == ["Qwen2ForCausalLM"]
-    assert config["pard_token"] == 5  # vLLM's parallel drafting reads the mask id from here
+    assert config.get("pard_token") == 5  # vLLM's parallel drafting reads the mask id from here
     assert filecmp.cmp(BUNDLED / "model.safetensors", out / "model.safetensors", shallow=False)
     assert sorted(p.name for p in (out / "custom_generate").iterdir() if p.is_file()) == sorted(
         pathlib.Path(k).name for k in method_files())
@@ -236,6 +236,17 @@ def test_the_mask_never_lands_on_the_unknown_token(tmp_path):
     save_a2d(tmp_path / "full", tok)
     with pytest.raises(ValueError, match="no free row"):
         export(tmp_path / "full", tmp_path / "o2")
+
+
+def test_a_mask_token_outside_the_embeddings_is_refused(tmp_path):
+    """A tokenizer whose mask token has an id the model has no embedding row for."""
+    tok = PreTrainedTokenizerFast(tokenizer_object=_bare_tokenizer().backend_tokenizer, eos_token="<|end|>",
+                                  pad_token="<|pad|>", mask_token="<|mask|>")
+    assert tok.mask_token_id == len(tok) - 1
+    save_a2d(tmp_path / "src", tok, vocab_size=len(tok) - 1)
+    with pytest.raises(ValueError, match="outside the embedding matrix"):
+        export(tmp_path / "src", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_export_refuses_what_would_not_load(tmp_path, tokenizer):

@@ -197,3 +197,12 @@ def test_pressure_exactly_at_high_relaxes():
     assert p.pressure == 0.5 and taus == [1.0, 1.0, 0.9]
     below = AdaptiveTau(cfg)
     assert [below(Load(0, 1, 4, 0.1, 1.0, 9.0)) for _ in range(6)] == [1.0] * 6  # pressure 0.45
+
+
+def test_the_strict_rung_is_one_token_per_forward_by_definition():
+    """Tokens per forward at tau = 1 is 1 whatever a step reports (an EOS-only step reports less):
+    only the looser rungs are measured."""
+    p = AdaptiveTau(AdaptiveConfig(tau_min=0.8, tau_max=1.0, step=0.1))
+    for tpr in (0.5, 2.0, 0.7):
+        p(Load(waiting=0, running=2, slots=4, step_seconds=0.1, tokens_per_row=tpr, reply_tokens=10.0))
+    assert p.level == 0 and p.tpf[0] == 1.0
