@@ -37,7 +37,7 @@ def has_group(groups: str, j: int, k: int) -> bool:
 
 def expected_lossless(s: Script, L: int, groups: str = "last", max_new: int = MAX_NEW,
                       max_accept: int | None = None) -> list[tuple[list[int], int, int]]:
-    """Per step: (tokens kept, drafts accepted, drafts offered)."""
+    """Per step: (tokens kept, drafts accepted, drafts offered, the kept tokens' confidences)."""
     out, steps, p, drafts = [], [], L, []
     while True:
         k, j = len(drafts), 0
@@ -46,9 +46,10 @@ def expected_lossless(s: Script, L: int, groups: str = "last", max_new: int = MA
         if max_accept is not None:
             j = min(j, max_accept - 1)
         emitted = drafts[:j] + [s.ar(p + j)[0]]
+        conf = [s.ar(p + i)[1] for i in range(j + 1)]  # the target's confidence in each (verified drafts: its AR token)
         take, done = cut(out, emitted, s.eos, max_new)
         out += emitted[:take]
-        steps.append((emitted[:take], j, k))
+        steps.append((emitted[:take], j, k, conf[:take]))
         if done:
             return steps
         after = p + j + 1  # the group after d_j predicts the positions after the AR token
@@ -71,7 +72,7 @@ def draft_tokens(d: Script, p: int, K: int, draft_B: int, draft_tau: float) -> t
 
 def expected_spec(s: Script, d: Script, L: int, K: int, tau: float, groups: str = "last", draft_B: int = 1,
                   draft_tau: float = 0.9, max_new: int = MAX_NEW, max_accept: int | None = None):
-    """Per step: (tokens kept, drafts accepted, drafts offered); and the draft forwards."""
+    """Per step: (tokens kept, drafts accepted, drafts offered, confidences); and the draft forwards."""
     out, steps, p, fwd = [], [], L, 0
     while True:
         drafts, f = draft_tokens(d, p, K, draft_B, draft_tau)
@@ -88,9 +89,10 @@ def expected_spec(s: Script, d: Script, L: int, K: int, tau: float, groups: str 
         if max_accept is not None:
             block = block[:max_accept - j]
         emitted = drafts[:j] + block
+        conf = [s.ar(p + i)[1] for i in range(j + 1)] + [s.mask(p + i)[1] for i in range(j + 1, len(emitted))]
         take, done = cut(out, emitted, s.eos, max_new)
         out += emitted[:take]
-        steps.append((emitted[:take], j, K))
+        steps.append((emitted[:take], j, K, conf[:take]))
         if done:
             return steps, fwd
         p += len(emitted)
@@ -101,7 +103,7 @@ def target(tokenizer):
     model = make_model("qwen2", len(tokenizer))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     script = Script(len(tokenizer), tokenizer.eos_token_id, len(tokenizer.all_special_ids), tokenizer.mask_token_id,
-                    eos_every=23)
+                    eos_every=23, ar_low=4)  # AR confidences vary: each reported one is checked
     handles = attach(model, script)
     yield model, script
     for h in handles:
@@ -126,10 +128,11 @@ def lengths(tokenizer):
 
 
 def check(result, want, i):
-    """The decode of prompt i against its expected steps."""
-    tokens = [t for step, _, _ in want for t in step]
+    """The decode of prompt i against its expected steps: tokens, tokens per step, confidences."""
+    tokens = [t for step, *_ in want for t in step]
     assert result.token_ids[i] == tokens, (i, result.token_ids[i], tokens)
-    assert result.stats.per_sequence(i) == [max(len(step), 1) for step, _, _ in want], i
+    assert result.stats.per_sequence(i) == [max(len(step), 1) for step, *_ in want], i
+    assert result.confidences[i] == [c for *_, conf in want for c in conf], i
 
 
 def test_the_scripts_exercise_every_case(tokenizer, target, drafter):
@@ -137,15 +140,15 @@ def test_the_scripts_exercise_every_case(tokenizer, target, drafter):
     _, s = target
     _, d = drafter
     steps = [st for L in lengths(tokenizer) for st in expected_lossless(s, L)]
-    assert {j for _, j, k in steps if k} >= {0, 1, 2, 3}  # every accept count of B - 1 drafts
-    assert any(k == 0 for _, _, k in steps[1:])  # a rejection left a step without drafts
-    sizes = [sum(len(step) for step, _, _ in expected_lossless(s, L)) for L in lengths(tokenizer)]
+    assert {j for _, j, k, _ in steps if k} >= {0, 1, 2, 3}  # every accept count of B - 1 drafts
+    assert any(k == 0 for _, _, k, _ in steps[1:])  # a rejection left a step without drafts
+    sizes = [sum(len(step) for step, *_ in expected_lossless(s, L)) for L in lengths(tokenizer)]
     assert min(sizes) < MAX_NEW == max(sizes)  # an EOS ended a row early, another ran to the cap
     all_eos = [st for L in lengths(tokenizer) for st in expected_lossless(s, L)]
-    assert any(step == [] for step, _, _ in all_eos)  # EOS as the first token of a step
+    assert any(step == [] for step, *_ in all_eos)  # EOS as the first token of a step
     spec = [st for L in lengths(tokenizer) for st in expected_spec(s, d, L, 4, EDGE)[0]]
-    assert {j for _, j, _ in spec} >= {0, 1, 2, 3, 4}
-    assert any(len(step) - j >= 2 for step, j, _ in spec)  # tau-accepted tokens after the drafts
+    assert {j for _, j, _, _ in spec} >= {0, 1, 2, 3, 4}
+    assert any(len(step) - j >= 2 for step, j, _, _ in spec)  # tau-accepted tokens after the drafts
     assert any(s.mask(p)[1] == EDGE for p in range(40))
 
 
@@ -160,8 +163,8 @@ def test_lossless_follows_the_rule(tokenizer, target, cache, groups, max_accept)
     got = generate(model, tokenizer, PROMPTS, cfg)
     for i, w in enumerate(want):
         check(got, w, i)
-    assert got.stats.drafted == sum(k for w in want for _, _, k in w)
-    assert got.stats.accepted_drafts == sum(j for w in want for _, j, _ in w)
+    assert got.stats.drafted == sum(k for w in want for _, _, k, _ in w)
+    assert got.stats.accepted_drafts == sum(j for w in want for _, j, _, _ in w)
     if max_accept is not None:
         assert max(max(got.stats.per_sequence(i)) for i in range(len(PROMPTS))) <= max_accept
 
@@ -173,8 +176,8 @@ def test_lossless_stream_reports_verified_drafts(tokenizer, target, cache):
     for prompt, L in zip(PROMPTS[:3], lengths(tokenizer)):
         events = list(stream(model, tokenizer, prompt, cfg))
         want = expected_lossless(s, L)
-        assert [e.tokens[0] for e in events] == [step for step, _, _ in want]
-        assert [e.verified[0] for e in events] == [min(j, len(step)) for step, j, _ in want]  # kept ones
+        assert [e.tokens[0] for e in events] == [step for step, *_ in want]
+        assert [e.verified[0] for e in events] == [min(j, len(step)) for step, j, *_ in want]  # kept ones
 
 
 @pytest.mark.parametrize("cache", ["none", "cursor"])
@@ -189,7 +192,7 @@ def test_spec_follows_the_rule(tokenizer, target, drafter, cache, groups, K, dra
     got = generate(model, tokenizer, PROMPTS, cfg, draft_model=draft)
     for i, (w, _) in enumerate(want):
         check(got, w, i)
-    assert got.stats.accepted_drafts == sum(j for w, _ in want for _, j, _ in w)
+    assert got.stats.accepted_drafts == sum(j for w, _ in want for _, j, _, _ in w)
     alone = generate(model, tokenizer, [PROMPTS[1]], cfg, draft_model=draft)
     check(alone, want[1][0], 0)
     assert alone.stats.draft_forwards == want[1][1]
