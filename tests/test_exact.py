@@ -284,7 +284,14 @@ def test_bad_draft_models(model, tokenizer, draft):
 
 def test_padded_draft_vocabulary_is_accepted(model, tokenizer):
     """Same tokenizer, embedding padded to another size (as Qwen2.5 0.5B vs 7B): allowed, exact."""
+    from mars_core.speculative import check_draft_model
+
     wide = make_model("qwen2", len(tokenizer) + 37, seed=2, head_scale=30.0)
+    mask_id = special_ids(model, tokenizer)[0]
+    try:
+        check_draft_model(model, wide, tokenizer, spec_cfg("cursor"), mask_id)
+    except ValueError as e:
+        pytest.fail(f"a draft whose embedding is only padded was refused: {e}")
     res = generate(model, tokenizer, PROMPTS[:2], spec_cfg("cursor"), draft_model=wide)
     assert res.token_ids == [hf_greedy(model, tokenizer, p, 24) for p in PROMPTS[:2]]
 
