@@ -98,6 +98,19 @@ def attach(model, script: Script):
             model.register_forward_hook(post, with_kwargs=True)]
 
 
+def scripted_model(tokenizer, kind: str = "qwen2", seed: int = 0, **script_kw):
+    """A tiny model of `kind` whose logits follow a `Script` (keyword options as Script's);
+    returns (model, script). The hooks stay for the model's life."""
+    from conftest import make_model
+
+    model = make_model(kind, len(tokenizer), seed=seed)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    script = Script(len(tokenizer), tokenizer.eos_token_id, len(tokenizer.all_special_ids), tokenizer.mask_token_id,
+                    **script_kw)
+    attach(model, script)
+    return model, script
+
+
 def cut(out: list[int], emitted: list[int], eos: int, max_new: int) -> tuple[int, bool]:
     """The rule every decoder ends a step by: keep `emitted` up to its first EOS and up to the
     budget. Returns (tokens kept, the sequence is done)."""

@@ -19,10 +19,10 @@ import math
 import pytest
 import torch
 
-from conftest import PROMPTS, make_model
+from conftest import PROMPTS
 from mars_core import DecodeConfig, generate
 from mars_core.prompts import encode_prompt
-from scripted import EDGE, Script, attach, cut
+from scripted import EDGE, Script, cut, scripted_model
 
 TAU = EDGE  # a confidence exactly on tau is accepted
 B = 4
@@ -52,14 +52,8 @@ def expected(script: Script, L: int, block: int, max_new: int = MAX_NEW, max_acc
 
 @pytest.fixture(scope="module")
 def scripted(tokenizer):
-    model = make_model("qwen2", len(tokenizer))
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    script = Script(len(tokenizer), tokenizer.eos_token_id, len(tokenizer.all_special_ids), tokenizer.mask_token_id,
-                    ar_low=3)  # the first prediction of a step is sometimes below tau: it is taken all the same
-    handles = attach(model, script)
-    yield model, script
-    for h in handles:
-        h.remove()
+    # ar_low: the first prediction of a step is sometimes below tau; it is taken all the same
+    return scripted_model(tokenizer, ar_low=3)
 
 
 def _lengths(tokenizer, prompts, chat=True):
@@ -123,10 +117,7 @@ def test_compiled_path_across_windows_and_buckets(tokenizer, monkeypatch, max_ac
     CAPACITY_STEP and its batch shrinks bucket by bucket as rows reach EOS at different steps."""
     from mars_core import decode_compiled as dc
 
-    model = make_model("qwen2", len(tokenizer))
-    long = Script(len(tokenizer), tokenizer.eos_token_id, len(tokenizer.all_special_ids), tokenizer.mask_token_id,
-                  eos_every=150)
-    attach(model, long)
+    model, long = scripted_model(tokenizer, eos_every=150)
     monkeypatch.setattr(dc, "compiled", lambda fn, mode: fn)
     windows = []
     step = dc.static_step

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import PROMPTS, make_model
+from conftest import PROMPTS
 from mars_core import DecodeConfig, generate, stream
 from mars_core.prompts import encode_prompt
-from scripted import EDGE, Script, attach, cut
+from scripted import EDGE, Script, cut, scripted_model
 
 B = 4
 MAX_NEW = 12
@@ -100,27 +100,15 @@ def expected_spec(s: Script, d: Script, L: int, K: int, tau: float, groups: str 
 
 @pytest.fixture(scope="module")
 def target(tokenizer):
-    model = make_model("qwen2", len(tokenizer))
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    script = Script(len(tokenizer), tokenizer.eos_token_id, len(tokenizer.all_special_ids), tokenizer.mask_token_id,
-                    eos_every=23, ar_low=4)  # AR confidences vary: each reported one is checked
-    handles = attach(model, script)
-    yield model, script
-    for h in handles:
-        h.remove()
+    return scripted_model(tokenizer, eos_every=23, ar_low=4)  # AR confidences vary: each reported one is checked
 
 
 @pytest.fixture(scope="module")
 def drafter(tokenizer):
     """A draft model that agrees with the target except at every 6th position and is
     unsure of its mask predictions at some positions."""
-    model = make_model("llama", len(tokenizer), seed=3)
-    script = Script(len(tokenizer), tokenizer.eos_token_id, len(tokenizer.all_special_ids), tokenizer.mask_token_id,
-                    eos_every=23, ar_wrong=6, ar_wrong_at=0, mask_wrong=6, mask_low=3, mask_edge=None)
-    handles = attach(model, script)
-    yield model, script
-    for h in handles:
-        h.remove()
+    return scripted_model(tokenizer, "llama", seed=3, eos_every=23, ar_wrong=6, ar_wrong_at=0, mask_wrong=6,
+                          mask_low=3, mask_edge=None)
 
 
 def lengths(tokenizer):
