@@ -101,10 +101,10 @@ MUTANTS = [
     ("stop after the EOS", "mars_core/decoding.py", "first_stop = torch.where(hit, stop.float().argmax(dim=1), n_accept)",
      "first_stop = torch.where(hit, stop.float().argmax(dim=1) + 1, n_accept)"),
     # serving
-    ("freed row keeps the last cursor", "mars_core/serving.py", "self.cache.move_row(last, i, self.live[last].cursor)",
-     "self.cache.move_row(last, i, self.live[i].cursor)"),
+    ("moved row loses its last slot", "mars_core/serving.py", "self.cache.move_row(last, i, self.live[last].cursor)",
+     "self.cache.move_row(last, i, self.live[last].cursor - 1)"),
     ("retired row not refilled", "mars_core/serving.py", "                self.cache.move_row(last, i, self.live[last].cursor)\n", ""),
-    ("cursor advanced by the new tokens", "mars_core/serving.py", "s.cursor += len(s.feed)", "s.cursor += len(ids)"),
+    ("cursor advanced by the new tokens", "mars_core/serving.py", "s.cursor += len(s.feed)", "s.cursor += len(o.taken)"),
     ("one strict row drops every row's masks", "mars_core/serving.py", "strict = all(_strictest(t, self.cfg.metric) for t in taus)",
      "strict = any(_strictest(t, self.cfg.metric) for t in taus)"),
     ("per-request tau ignored", "mars_core/serving.py",

@@ -26,7 +26,10 @@ ALLOWED_PACKAGES = {"torch", "transformers"}
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("export") / "tiny-mars-b4"
-    summary = export(BUNDLED, out)
+    try:
+        summary = export(BUNDLED, out)
+    except Exception as e:  # noqa: BLE001 - the export of the bundled model must work
+        pytest.fail(f"the export of the bundled model failed: {e!r}")
     return out, summary
 
 
@@ -229,7 +232,10 @@ def test_the_mask_never_lands_on_the_unknown_token(tmp_path):
                                   pad_token="<|pad|>", unk_token="<|user|>")
     assert tok.convert_tokens_to_ids("<|mask|>") == tok.unk_token_id
     save_a2d(tmp_path / "room", tok, vocab_size=len(tok) + 8)
-    summary = export(tmp_path / "room", tmp_path / "o1")
+    try:
+        summary = export(tmp_path / "room", tmp_path / "o1")
+    except ValueError as e:
+        pytest.fail(f"a free embedding row was there for a mask token of its own: {e}")
     assert summary["mask_token_id"] == len(tok) != tok.unk_token_id
     saved = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "o1"))
     assert saved.mask_token_id == len(tok) and saved.convert_ids_to_tokens(len(tok)) == "<|mask|>"
