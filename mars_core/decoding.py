@@ -258,6 +258,9 @@ def pack(tokens: torch.Tensor, conf: torch.Tensor, take: torch.Tensor, done: tor
 def unpack(row: list[float], B: int) -> RowOutcome:
     """One row of `pack`'s tensor, read on the host (block B)."""
     k, done = int(row[2 * B]), bool(row[2 * B + 1])
+    if k == 0 and not done:  # the row would repeat this step forever
+        raise RuntimeError("a decoding step took no token and did not finish: acceptance must always take "
+                           "the first prediction")
     return RowOutcome([int(t) for t in row[:k]], row[B:B + k], done, int(row[k]) if k < B else None,
                       [int(t) for t in row[:B]], row[B:2 * B], row[2 * B + 2:])
 
