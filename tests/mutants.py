@@ -157,7 +157,7 @@ def run_one(tree: Path, name: str, rel: str, old: str, new: str, tests: str, tim
     path.write_text(text.replace(old, new), encoding="utf-8")
     t0 = time.time()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rf", "--tb=no",
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rfE", "--tb=no",
                                *tests.split()], cwd=tree, capture_output=True, text=True, timeout=timeout,
                               env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", COLUMNS="400"))
         out = proc.stdout + proc.stderr
@@ -166,7 +166,7 @@ def run_one(tree: Path, name: str, rel: str, old: str, new: str, tests: str, tim
         out, code = "timeout", -1
     finally:
         path.write_text(text, encoding="utf-8")
-    failed = re.search(r"^FAILED (\S+)(?: - (\w+))?", out, re.M)
+    failed = re.search(r"^(?:FAILED|ERROR) (\S+)(?: - (\w+))?", out, re.M)  # ERROR: a fixture failed
     if code == 0:
         result, detail = "survived", ""
     elif failed:
