@@ -21,7 +21,8 @@ from conftest import PROMPTS, make_model
 from mars_core import DecodeConfig, generate
 from mars_core.decode_cursor import CursorCache
 from mars_core.prompts import encode_prompt
-from test_scripted import MAX_NEW, TAU, Script, attach, expected
+from scripted import scripted_model
+from test_scripted import MAX_NEW, TAU, expected
 
 CACHES = [("none", 16), ("sliding", 16), ("block", 8), ("cursor", 16)]
 
@@ -53,24 +54,18 @@ def test_bf16_extreme_taus_give_exact_acceptance(tokenizer, bf16_pair, cache, cb
 def test_bf16_decoders_match_the_scripted_expectation(tokenizer, mode):
     """The real bf16 model runs every forward (caches, masks and buffers in bf16); the scripted
     logits keep the choices far from ties, so the expectation is exact (see test_scripted)."""
-    model = make_model("qwen2", len(tokenizer)).to(torch.bfloat16)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    script = Script(len(tokenizer), tokenizer.eos_token_id, first_free=len(tokenizer.all_special_ids))
-    handles = attach(model, script)
-    try:
-        block = 4 if mode == "mars" else 1
-        want = [expected(script, len(encode_prompt(tokenizer, p)), block) for p in PROMPTS]
-        for cache, cbs in CACHES:
-            cfg = DecodeConfig(mode=mode, tau=TAU, block_size=4, cache=cache, cache_block_size=cbs,
-                               max_new_tokens=MAX_NEW)
-            res = generate(model, tokenizer, PROMPTS, cfg)
-            assert res.token_ids == [t for t, _ in want], cache
-            assert [res.stats.per_sequence(i) for i in range(len(PROMPTS))] == [s for _, s in want], cache
-            alone = generate(model, tokenizer, [PROMPTS[0]], cfg)  # the single-row paths
-            assert alone.token_ids[0] == want[0][0], cache
-    finally:
-        for h in handles:
-            h.remove()
+    model, script = scripted_model(tokenizer)
+    model.to(torch.bfloat16)
+    block = 4 if mode == "mars" else 1
+    want = [expected(script, len(encode_prompt(tokenizer, p)), block) for p in PROMPTS]
+    for cache, cbs in CACHES:
+        cfg = DecodeConfig(mode=mode, tau=TAU, block_size=4, cache=cache, cache_block_size=cbs,
+                           max_new_tokens=MAX_NEW)
+        res = generate(model, tokenizer, PROMPTS, cfg)
+        assert res.token_ids == [t for t, _ in want], cache
+        assert [res.stats.per_sequence(i) for i in range(len(PROMPTS))] == [s for _, s in want], cache
+        alone = generate(model, tokenizer, [PROMPTS[0]], cfg)  # the single-row paths
+        assert alone.token_ids[0] == want[0][0], cache
 
 
 def test_cursor_cache_overflow_is_a_clear_error():
