@@ -34,7 +34,7 @@ def test_run_compares_the_chosen_policy_with_both_fixed_ends(tab):
 
 
 def test_one_policy_without_comparison(tab):
-    timeline, front, note = guard(tab.run)("steady", 4, 2, "fixed 0.95", False, 2.0, 1, Session(),
+    timeline, front, note = guard(tab.run)("steady", 4, 3, "fixed 0.95", False, 2.0, 1, Session(),
                                            progress=lambda *a, **k: None)
     assert [tr.name for tr in front.data] == ["fixed 0.95"] and "fixed 1" not in note
 
@@ -43,7 +43,7 @@ def test_one_policy_without_comparison(tab):
     (("spiky", 6, 3, "adaptive", True, 1.0, 2), "pattern must be one of bursty, steady"),
     (("bursty", 0, 3, "adaptive", True, 1.0, 2), "rate must be between 0.5 and 20"),
     (("bursty", -1, 3, "adaptive", True, 1.0, 2), "rate must be between"),
-    (("bursty", 6, 999, "adaptive", True, 1.0, 2), "duration must be between 1 and 30"),
+    (("bursty", 6, 999, "adaptive", True, 1.0, 2), "duration must be between 3 and 30"),
     (("bursty", 6, 3, "turbo", True, 1.0, 2), "policy must be one of"),
     (("bursty", 6, 3, "adaptive", True, float("nan"), 2), "latency target must be between"),
     (("bursty", 6, 3, "adaptive", True, 1.0, 99), "slots must be between 1 and 8"),
