@@ -84,7 +84,6 @@ def add_tab(ui: UI) -> FrontierTab:
         gr.Markdown("Accuracy and tokens/s against tokens per forward over a tau sweep on held-out "
                     "synthetic problems (the paper's Figure 3). Shown first: the model card's sweep.")
         plot = gr.Plot(fig0, elem_id="frontier-plot", label="frontier")
-        ui.job_note()
         note = gr.Markdown(note0, elem_id="frontier-note", label="runs")
         with gr.Row():
             n = fields.Slider(1, opts.frontier_max_n, value=min(20, opts.frontier_max_n), step=1,
@@ -94,6 +93,7 @@ def add_tab(ui: UI) -> FrontierTab:
             max_new = fields.Slider(8, ui.core.max_new_cap(), value=min(256, ui.core.max_new_cap()), step=8,
                                     label="max new tokens")
         btn = gr.Button("Run sweep", variant="primary", elem_id="frontier-run")
+        ui.job_note()
     btn.click(guard(ui.gpu(tab.run)), [n, taus, block, max_new, ui.session], [plot, note], api_name="frontier",
               **ui.job_limit)
     ui.on_models_changed([plot, note], tab.initial)

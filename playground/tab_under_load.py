@@ -95,13 +95,13 @@ def add_tab(ui: UI) -> UnderLoadTab:
             target = fields.Number(value=1.0, label="p95 latency target (s)", elem_id="load-target")
             slots = fields.Slider(1, MAX_SLOTS, value=4, step=1, label="batch slots", elem_id="load-slots")
         btn = gr.Button("Run simulation", variant="primary", elem_id="load-run")
+        ui.job_note()
         # a figure from the start: Gradio's empty-plot box carries an aria-label that axe flags
         timeline = gr.Plot(plots.message_figure("Run a simulation: each request's latency,<br>the queue and tau "
                                                 "over time appear here.", height=240),
                            label="latency, queue and tau over time", elem_id="load-timeline")
         front = gr.Plot(plots.message_figure("The latency-quality front<br>of each policy appears here.", height=200),
                         label="latency-quality front", elem_id="load-front")
-        ui.job_note()
         note = gr.Markdown(elem_id="load-note", label="summary")
     btn.click(guard(ui.gpu(tab.run)), [pattern, rate, duration, policy, compare, target, slots, ui.session],
               [timeline, front, note], api_name="under_load", **ui.job_limit)
