@@ -23,7 +23,7 @@ footer, footer a, footer button, .built-with, .show-api, .settings, .run-history
 .mars-panel[data-status=done] .status, .mars-panel[data-status=limit] .status {background: #bbf7d0;}
 .mars-panel[data-status=limit] .status {background: #fed7aa;}
 .mars-panel .counters {display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 13px; margin-bottom: 6px; color: #222;}
-.mars-panel .text {white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-all; font-family: monospace;
+.mars-panel .text {white-space: pre-wrap; overflow-wrap: anywhere; word-break: normal; font-family: monospace;
   line-height: 1.7; min-height: 120px; max-height: 420px; overflow-y: auto; border: 1px solid #bbb; border-radius: 6px;
   padding: 6px; background: #fff; color: #111;}
 .mars-panel .tok {border-radius: 3px; padding: 0 1px; position: relative; cursor: pointer;}

@@ -265,3 +265,14 @@ def test_render_handles_split_characters():
     text = "".join(re.sub(r"<[^>]+>", "", s) for s in track.spans).replace("&#8203;", "")
     assert html.unescape(text) == "é ü 😀" == track.text
     assert render.first_difference("abc", "abd") == 2 and render.first_difference("a", "a") is None
+
+
+def test_words_wrap_whole_in_the_panels():
+    """A token text wraps between words (a phone line once split "apples" as "app|les"); only a
+    string longer than the line may break anywhere."""
+    import re
+
+    from playground import style
+
+    rule = re.search(r"\.mars-panel \.text \{([^}]*)\}", style.CSS).group(1)
+    assert "overflow-wrap: anywhere" in rule and "break-all" not in rule
