@@ -309,7 +309,7 @@ def add_tab(ui: UI) -> PlaygroundTab:
                                                       "idle"), elem_id="mars-panel", label="MARS output")
         compare = gr.HTML("", elem_id="compare", label="agreement")
         steps_chart = gr.HTML(render.steps_chart_html([], [], B), elem_id="steps-chart", label="accepted per forward")
-        with gr.Group(elem_id="replay-box"):
+        with gr.Column(elem_id="replay-box", variant="panel"):  # a Group renders its elem_id twice (Gradio 6)
             gr.Markdown("### Step-through replay\nEvery forward of the last MARS generation: what went in, the B "
                         "predictions that came out, which tau accepted and why the others were rejected.")
             with gr.Row():

@@ -325,10 +325,18 @@ def test_markup_in_every_text_field_stays_text(browser, url):
     page.context.close()
 
 
+def duplicate_ids(page) -> list:
+    """Element ids used more than once (axe no longer checks it under WCAG 2.1; a label or a
+    script that targets the id finds the wrong element)."""
+    return page.evaluate("() => { const c = {}; document.querySelectorAll('[id]').forEach(e => "
+                         "{ if (e.id) c[e.id] = (c[e.id] || 0) + 1; }); return Object.keys(c).filter(k => c[k] > 1); }")
+
+
 @pytest.mark.parametrize("device", [DESKTOP, PHONE], ids=["desktop", "phone"])
 def test_wcag_aa_on_load_and_after_a_generation(browser, url, device):
     page = open_page(browser, url, device)
     assert axe_violations(page) == []
+    assert duplicate_ids(page) == []
     example(page, 2)
     settings(page, tau=0.5, max_new=30, slow=0)
     page.locator("#generate").click()
