@@ -64,7 +64,11 @@ def add_tab(ui: UI, status: gr.Markdown) -> ModelsTab:
         quant = fields.Radio(list(QUANTIZATIONS), value="none",
                              label="quantization (bitsandbytes 8-bit or 4-bit weights; loads on CPU and GPU)")
         btn = gr.Button("Load", variant="primary", elem_id="load-models")
-    btn.click(guard(tab.load), [preset, mars_box, ar_box, quant, ui.session], [status, *ui.model_hook_outputs()],
-              api_name="load_models", concurrency_limit=1, concurrency_id="load")
+        result = gr.Markdown("", elem_id="load-result")
+    loading = btn.click(guard(tab.load), [preset, mars_box, ar_box, quant, ui.session], [status, *ui.model_hook_outputs()],
+                        api_name="load_models", concurrency_limit=1, concurrency_id="load")
+    # the answer where the visitor clicked, not only in the header (a failure says so in its own message)
+    loading.success(lambda session: f"Loaded for your session: {ui.core.model_status(session)}",
+                    [ui.session], [result], queue=False, api_visibility="private")
     ui.tabs["models"] = tab
     return tab

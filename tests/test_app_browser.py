@@ -322,6 +322,11 @@ def test_markup_in_every_text_field_stays_text(browser, url):
     assert page.evaluate("window.__xss") is None
     assert page.locator("img[src='x']").count() == 0 and page.locator("img[src='y']").count() == 0
     page.screenshot(path=os.path.join(ARTIFACTS, "markup-as-text.png"), full_page=True)
+    assert "Loaded" not in page.locator("#load-result").inner_text()  # a refused load claims nothing
+    page.get_by_role("radio", name="bundled").check()
+    page.locator("#load-models").click()  # the answer appears in the tab, next to the button
+    sync_api.expect(page.locator("#load-result")).to_contain_text("Loaded for your session", timeout=30_000)
+    assert "fixture-mars" in page.locator("#load-result").inner_text()
     page.context.close()
 
 
