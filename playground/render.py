@@ -174,10 +174,15 @@ def speed_html(ar: dict | None, mars: dict | None) -> str:
                 f'<span class="sp-bar {cls}" style="width:{100 * v / top:.1f}%"></span></span>'
                 f'<span class="sp-val" data-k="{cls}-tps">{v:.1f} tok/s</span></div>')
 
+    ea = ar["tokens"] / ar["elapsed"] if ar["elapsed"] > 0 else 0.0  # the race: tokens per elapsed second
+    em = mars["tokens"] / mars["elapsed"] if mars["elapsed"] > 0 else 0.0
+    race = f"<b>{em / ea:.2f}x</b>" if ea > 0 and em > 0 else "–"
     return (f'<div class="speed" data-ar="{a:.3f}" data-mars="{m:.3f}">'
             f'<div class="sp-title">Speed-up of MARS over AR: <span data-k="speedup">{ratio}</span> '
             '<span class="muted">(tokens per second of compute time, as in the panels; slow motion '
-            'excluded)</span></div>' + bar("MARS", m, "mars") + bar("AR", a, "ar") + '</div>')
+            f'excluded)</span> · in elapsed time: <span data-k="race">{race}</span> <span class="muted">(tokens '
+            'per second since Generate, the race you watch: slow motion and both sides included)</span></div>'
+            + bar("MARS", m, "mars") + bar("AR", a, "ar") + '</div>')
 
 
 def steps_chart_html(accepted: list[int], taus: list[float], block: int, tau_max: float = 1.0) -> str:

@@ -276,3 +276,16 @@ def test_words_wrap_whole_in_the_panels():
 
     rule = re.search(r"\.mars-panel \.text \{([^}]*)\}", style.CSS).group(1)
     assert "overflow-wrap: anywhere" in rule and "break-all" not in rule
+
+
+def test_the_gauge_gives_the_compute_and_the_race_ratio():
+    """Compute time: 100 tokens in 1 s (AR) and 0.5 s (MARS) = 2x; elapsed (the race on screen,
+    slow motion included): 4 s and 1 s = 4x."""
+    import re
+
+    from playground.render import counters, speed_html
+
+    page = speed_html(counters(100, 100, 1.0, elapsed=4.0), counters(25, 100, 0.5, elapsed=1.0))
+    got = dict(re.findall(r'data-k="(speedup|race)"><b>([\d.]+)x</b>', page))
+    assert got == {"speedup": "2.00", "race": "4.00"}
+    assert 'data-k="race">–' in speed_html(None, None)
