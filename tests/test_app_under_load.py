@@ -52,3 +52,17 @@ def test_bad_input_gets_a_message(tab, args, message):
     with pytest.raises(gr.Error) as e:
         guard(tab.run)(*args, Session(), progress=lambda *a, **k: None)
     assert message in e.value.message
+
+
+def test_the_summary_says_when_no_policy_can_meet_the_target():
+    from playground.tab_under_load import summary
+
+    def run(policy, p95, meets):
+        return {"policy": policy, "p95_latency": p95, "meets_target": meets, "accuracy": 0.8, "mean_tau": 0.9,
+                "tokens_per_forward": 2.0, "unfinished": 0, "requests": 50}
+
+    missed = summary({"settings": {"target": 1.0}, "results": [run("adaptive", 3.0, False), run("fixed 0.7", 2.0, False)]})
+    assert "No policy met the target at this rate" in missed and "Lower the rate" in missed
+    met = summary({"settings": {"target": 1.0}, "results": [run("adaptive", 0.5, True), run("fixed 1", 2.0, False)]})
+    assert "No policy met" not in met and "**adaptive** meets the target" in met
+
