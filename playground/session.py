@@ -22,6 +22,7 @@ class Session:
         self.last_block = 4
         self.duel = None  # the running duel (playground.duel.Duel), None when nothing runs
         self.last_mars = None  # the MARS side of the last generation, for the replay
+        self.stop_pressed = False  # Stop since the last Generate (a queued run that fails was cancelled)
 
     def stop(self) -> None:
         for ctl in (self.mars_control, self.ar_control):

@@ -1,4 +1,5 @@
-"""The page's CSS and the little JavaScript it needs (Enter submits the prompt)."""
+"""The page's CSS and the little JavaScript it needs (Enter submits the prompt; the queue-full toast
+is hidden because the status line says it)."""
 
 CSS = """
 /* WCAG 2 AA contrast (axe-core): Gradio's orange primary, tab, slider-range and footer greys are below 4.5:1 */
@@ -13,6 +14,9 @@ footer, footer a, footer button, .built-with, .show-api, .settings, .run-history
 .scope code {background: #fff; color: #111; padding: 0 3px;}
 .run-status {font-size: 14px; padding: 4px 2px; min-height: 1.5em; color: #222;}
 .run-status[data-kind=error] {color: #a40000; font-weight: 600;}
+.run-status[data-kind=rejected], .run-status[data-kind=stopped], .run-status[data-kind=cancelled] {color: #7a3d00;
+  font-weight: 600;}
+.run-status[data-kind=done] {color: #0a5a24;}
 .prompt-info {font-size: 13px; color: #333;}
 .prompt-info[data-kind=error] {color: #a40000; font-weight: 600;}
 .mars-panel {font-size: 15px;}
@@ -73,6 +77,13 @@ footer, footer a, footer button, .built-with, .show-api, .settings, .run-history
 # Chat demos submit on Enter and keep Shift+Enter for a new line; Gradio's multi-line textbox
 # does it the other way round. Both keys are taken here, before Gradio sees them.
 JS = """() => {
+  // Gradio toasts "currently busy" when its queue is full; the run's status line says it in place
+  // (playground.runs.settle), so the toast would say it twice.
+  new MutationObserver(() => {
+    document.querySelectorAll('.toast-body.error').forEach((t) => {
+      if (t.innerText.includes('currently busy')) t.closest('.toast-item').style.display = 'none';
+    });
+  }).observe(document.body, {childList: true, subtree: true});
   document.addEventListener('keydown', (e) => {
     const box = e.target.closest && e.target.closest('#prompt');
     if (!box || e.key !== 'Enter' || e.isComposing) return;

@@ -14,7 +14,6 @@ from mars_core.config import CACHES
 
 from . import fields, plots
 from .core import Core
-from .errors import guard
 from .session import Session
 from .ui import UI
 from .validate import as_choice, as_float, as_int
@@ -116,11 +115,12 @@ def add_tab(ui: UI) -> BatchTab:
                                     label="max new tokens")
             repeats = fields.Slider(1, MAX_REPEATS, value=3, step=1, label="runs per side (median)")
         btn = gr.Button("Run batch", variant="primary", elem_id="batch-run")
+        status = ui.job_status("batch-status", "Press Run batch: a warm-up, then the interleaved runs.")
         ui.job_note()
         summary = gr.Markdown(elem_id="batch-summary", label="summary")
         plot = gr.Plot(plots.message_figure("Run a batch: the timeline of tokens accepted per sample and forward "
                                             "appears here.", height=160), elem_id="batch-plot", label="timeline")
-    btn.click(guard(ui.gpu(tab.run)), [size, cache, cblock, tau, block, max_new, repeats, ui.session], [summary, plot],
-              api_name="batch", **ui.job_limit)
+    ui.run_job(btn, tab.run, [size, cache, cblock, tau, block, max_new, repeats, ui.session], [summary, plot], status,
+               "batch", api_name="batch")
     ui.tabs["batch"] = tab
     return tab

@@ -8,7 +8,6 @@ import gradio as gr
 
 from . import fields, plots
 from .core import Core
-from .errors import guard
 from .session import Session
 from .ui import UI
 from .validate import as_int, parse_taus
@@ -40,7 +39,7 @@ class FrontierTab:
 
         mars, ar = self.core.models_for(session)
         if training_data(mars) == REAL_DATA:  # synthetic problems mean nothing to a chat model
-            raise gr.Error(f"A new sweep runs on the synthetic arithmetic task, which {mars.name} was not trained on; "
+            raise ValueError(f"A new sweep runs on the synthetic arithmetic task, which {mars.name} was not trained on; "
                            "its sweep above was measured on Spec-Bench and known-answer questions (model card).")
         n = as_int("problems", n, 1, self.opts.frontier_max_n)
         tau_list = parse_taus(taus)
@@ -54,8 +53,6 @@ class FrontierTab:
 
         def before_run(cfg) -> bool:
             if time.perf_counter() > deadline:
-                gr.Warning(f"Sweep stopped after the {self.opts.max_seconds:g} s limit "
-                           f"({done[0]} of {total} runs).")
                 stopped[0] = True
                 return False
             progress((done[0], total), desc=f"{cfg.mode}" + (f" tau={cfg.tau}" if cfg.mode == "mars" else ""),
@@ -72,7 +69,9 @@ class FrontierTab:
         progress((total, total), desc="done", unit="runs")
         result = {"n": n, "seed": 0, "split": "eval",
                   "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in runs]}
-        return plots.frontier(result), (f"Sweep on {n} held-out problems, {max_new_tokens} new tokens max, batches "
+        cut = (f"**Stopped at the {self.opts.max_seconds:g} s limit: {done[0]} of {total} runs.** "
+               if stopped[0] else "")
+        return plots.frontier(result), (f"{cut}Sweep on {n} held-out problems, {max_new_tokens} new tokens max, batches "
                                         "of 8, sliding KV cache. Tokens/s at tau 1 is below AR's: each MARS forward "
                                         "still carries the B - 1 masks whose predictions tau 1 rejects.\n\n" + summary_table(result))
 
@@ -93,9 +92,10 @@ def add_tab(ui: UI) -> FrontierTab:
             max_new = fields.Slider(8, ui.core.max_new_cap(), value=min(256, ui.core.max_new_cap()), step=8,
                                     label="max new tokens")
         btn = gr.Button("Run sweep", variant="primary", elem_id="frontier-run")
+        status = ui.job_status("frontier-status", "Press Run sweep for a new sweep on this server.")
         ui.job_note()
-    btn.click(guard(ui.gpu(tab.run)), [n, taus, block, max_new, ui.session], [plot, note], api_name="frontier",
-              **ui.job_limit)
+    ui.run_job(btn, tab.run, [n, taus, block, max_new, ui.session], [plot, note], status, "sweep",
+               api_name="frontier")
     ui.on_models_changed([plot, note], tab.initial)
     ui.tabs["frontier"] = tab
     return tab

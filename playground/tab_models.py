@@ -5,8 +5,8 @@ import gradio as gr
 
 from . import fields
 from .core import Core
-from .errors import guard
 from .models import QUANTIZATIONS, RELEASED_AR, RELEASED_MARS
+from .runs import in_place, queued_html, settle, status_html
 from .session import Session
 from .ui import UI
 from .validate import as_choice
@@ -42,6 +42,15 @@ class ModelsTab:
         hooks = self.ui.model_hook_values(session) if self.ui is not None else []
         return (core.model_status(session), *hooks)
 
+    def load_in_tab(self, preset, mars_name, ar_name, quantization, session: Session, request: gr.Request = None):
+        """`load`, with its answer in the tab as the last output: Loading, then what was loaded."""
+        n = 1 + len(self.ui.model_hook_outputs()) if self.ui is not None else 1
+        yield (*([gr.skip()] * n), status_html("run", "Loading: a model not loaded yet may take a while…"))
+        out = self.load(preset, mars_name, ar_name, quantization, session, request)
+        mars, ar = self.core.models_for(session)
+        yield (*out, status_html("done", f"Loaded for your session: MARS {mars.name}, AR "
+                                         f"{ar.name if ar else '(none)'}, quantization {mars.quantization}."))
+
 
 def add_tab(ui: UI, status: gr.Markdown) -> ModelsTab:
     """Add last: its Load button refreshes what the other tabs registered with `on_models_changed`."""
@@ -64,11 +73,14 @@ def add_tab(ui: UI, status: gr.Markdown) -> ModelsTab:
         quant = fields.Radio(list(QUANTIZATIONS), value="none",
                              label="quantization (bitsandbytes 8-bit or 4-bit weights; loads on CPU and GPU)")
         btn = gr.Button("Load", variant="primary", elem_id="load-models")
-        result = gr.Markdown("", elem_id="load-result")
-    loading = btn.click(guard(tab.load), [preset, mars_box, ar_box, quant, ui.session], [status, *ui.model_hook_outputs()],
-                        api_name="load_models", concurrency_limit=1, concurrency_id="load")
-    # the answer where the visitor clicked, not only in the header (a failure says so in its own message)
-    loading.success(lambda session: f"Loaded for your session: {ui.core.model_status(session)}",
-                    [ui.session], [result], queue=False, api_visibility="private")
+        # the answer where the visitor clicked, not only in the header
+        result = gr.HTML(status_html("info", "The models of your session are named at the top of the page."),
+                         elem_id="load-result", label="status")
+    outputs = [status, *ui.model_hook_outputs(), result]
+    armed = btn.click(lambda: queued_html("load"), None, [result], queue=False, api_visibility="private")
+    loading = armed.then(in_place(tab.load_in_tab, len(outputs), len(outputs) - 1),
+                         [preset, mars_box, ar_box, quant, ui.session], outputs, api_name="load_models",
+                         show_progress_on=[result], concurrency_limit=1, concurrency_id="load")
+    loading.failure(settle, [result], [result], queue=False, api_visibility="private")
     ui.tabs["models"] = tab
     return tab

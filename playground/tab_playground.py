@@ -2,7 +2,6 @@
 motion, a queue-aware Stop and a step-through replay of the last MARS generation."""
 from __future__ import annotations
 
-import html
 import time
 
 import gradio as gr
@@ -13,8 +12,9 @@ from mars_core.prompts import encode_prompt
 from . import fields, render
 from .core import Core
 from .duel import AR_SIDES, MARS_MODES, Duel
-from .errors import guard, plain_message
+from .errors import guard
 from .replay import replay_html
+from .runs import in_place, kind_of, queued_html, settle, status_html
 from .scope import scope_html
 from .session import Session
 from .ui import UI
@@ -58,11 +58,6 @@ def is_real(loaded) -> bool:
     from mars_core import packaged
 
     return loaded is not None and packaged.is_named(loaded.source)
-
-
-def status_html(kind: str, text: str) -> str:
-    """The line under Generate: what is happening, or what went wrong (kind: info, run, error)."""
-    return f'<div class="run-status" data-kind="{kind}" role="status">{html.escape(text)}</div>'
 
 
 def _first_rejection(side) -> int:
@@ -138,30 +133,27 @@ class PlaygroundTab:
         words = {"done": "finished", "limit": f"stopped at the token limit ({mars.cfg.max_new_tokens} tokens)",
                  "stopped": "stopped"}
         state = "; ".join(f"{s.name.upper()} {words.get(s.status, s.status)}" for s in (ar, mars))
+        stopped = duel.timed_out or "stopped" in (ar.status, mars.status)
+        head = (f"Stopped at the {self.opts.max_seconds:g} s limit" if duel.timed_out
+                else "Stopped" if stopped else "Done")
         slider = gr.update(minimum=1, maximum=max(n, 1), value=k, interactive=n > 1)
-        return (status_html("info", f"Done: {state}. Step through the MARS forwards below."), ar_html, mars_html,
-                speed, steps, cmp, slider, replay_html(mars, k, mars.cfg.metric))
+        return (status_html("stopped" if stopped else "done", f"{head}: {state}. Step through the MARS forwards "
+                            "below."), ar_html, mars_html, speed, steps, cmp, slider, replay_html(mars, k, mars.cfg.metric))
 
     # ---- events -------------------------------------------------------------------------------
     def generate(self, prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
                  slow_ms, session: Session, mars_mode: str = "mars"):
         """Stream both panels; yields (status, ar_html, mars_html, speed, steps_chart, compare,
         replay_step, replay)."""
-        try:
-            slow = as_int("slow motion (ms per forward)", slow_ms, 0, self.opts.max_slow_ms) / 1000
-            duel = self._duel(prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
-                              session, mars_mode)
-        except ValueError as e:
-            yield (status_html("error", plain_message(e)),) + (gr.skip(),) * 7
-            raise
+        slow = as_int("slow motion (ms per forward)", slow_ms, 0, self.opts.max_slow_ms) / 1000
+        duel = self._duel(prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
+                          session, mars_mode)
         last = 0.0
         for _ in self._steps(duel, session, slow):
             now = time.perf_counter()
             if now - last >= self.opts.render_interval:
                 yield self._render(duel, False)
                 last = now
-        if duel.timed_out:
-            gr.Warning(f"The generation was stopped after the {self.opts.max_seconds:g} s limit.")
         yield self._render(duel, True)
 
     def api_generate(self, prompt: str, tau: float = 0.95, block_size: int = 4, metric: str = "probability",
@@ -180,24 +172,32 @@ class PlaygroundTab:
             pass
         return duel.summary()
 
-    def arm(self):
+    def arm(self, session: Session):
         """Right after Generate: Stop becomes usable and the status says the job is on its way."""
-        return gr.update(interactive=True), status_html("info", "Queued: waiting for a free slot…")
+        session.stop_pressed = False
+        return gr.update(interactive=True), queued_html("generation")
 
     def disarm(self):
         return gr.update(interactive=False)
 
-    def stop(self, session: Session):
+    def settle(self, status: str, session: Session):
+        """After a failure (an error, a full queue, or Stop on a queued job): a true status, Stop off."""
+        return settle(status, session.stop_pressed), gr.update(interactive=False)
+
+    def stop(self, status: str, session: Session):
         """Stop: a running generation ends after its current forward and keeps its tokens; a queued
         one is cancelled before it starts (the event is cancelled by Gradio, see `cancels`)."""
+        session.stop_pressed = True
         duel = session.duel
         if duel is None:
-            return (status_html("info", "Cancelled: the queued generation was removed before it started."),
+            if kind_of(status) != "queued":  # a click that lost the race with the run's own end
+                return (*(gr.skip(),) * 8, gr.update(interactive=False))
+            return (status_html("cancelled", "Cancelled: the queued generation was removed before it started."),
                     *(gr.skip(),) * 7, gr.update(interactive=False))
         duel.stop()
         out = self._render(duel, True)
         self._finish(duel, session)
-        return (status_html("info", "Stopped: both sides keep what they produced."), *out[1:],
+        return (status_html("stopped", "Stopped: both sides keep what they produced."), *out[1:],
                 gr.update(interactive=False))
 
     def set_tau(self, tau, metric, session: Session) -> None:
@@ -322,12 +322,15 @@ def add_tab(ui: UI) -> PlaygroundTab:
 
     inputs = [prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side, slow, ui.session, mars_mode]
     outputs = [run_status, ar_html, mars_html, speed, steps_chart, compare, step, replay]
-    armed = gr.on([gen_btn.click, prompt.submit], tab.arm, None, [stop_btn, run_status], queue=False,
+    armed = gr.on([gen_btn.click, prompt.submit], tab.arm, [ui.session], [stop_btn, run_status], queue=False,
                   js=SCROLL_JS, api_visibility="private")
-    running = armed.then(guard(ui.gpu(tab.generate)), inputs, outputs, api_name="generate_stream",
+    tab.page_generate = in_place(ui.gpu(tab.generate), len(outputs), 0)  # errors in the status line, once
+    running = armed.then(tab.page_generate, inputs, outputs, api_name="generate_stream",
                          show_progress="full", show_progress_on=[run_status], **ui.decode_limit)
-    running.then(tab.disarm, None, [stop_btn], queue=False, api_visibility="private")
-    stop_btn.click(tab.stop, [ui.session], outputs + [stop_btn], cancels=[running], queue=False,
+    running.then(tab.disarm, None, [stop_btn], queue=False, api_visibility="private")  # done or cancelled
+    running.failure(tab.settle, [run_status, ui.session], [run_status, stop_btn], queue=False,
+                    api_visibility="private")  # an error, or never run
+    stop_btn.click(tab.stop, [run_status, ui.session], outputs + [stop_btn], cancels=[running], queue=False,
                    api_visibility="private")
     tau.change(tab.set_tau, [tau, metric, ui.session], None, queue=False, show_progress="hidden",
                api_visibility="private")

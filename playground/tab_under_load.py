@@ -6,7 +6,6 @@ import gradio as gr
 
 from . import fields, plots
 from .core import Core
-from .errors import guard
 from .session import Session
 from .ui import UI
 from .validate import as_choice, as_float, as_int
@@ -105,6 +104,7 @@ def add_tab(ui: UI) -> UnderLoadTab:
             target = fields.Number(value=1.0, label="p95 latency target (s)", elem_id="load-target")
             slots = fields.Slider(1, MAX_SLOTS, value=4, step=1, label="batch slots", elem_id="load-slots")
         btn = gr.Button("Run simulation", variant="primary", elem_id="load-run")
+        status = ui.job_status("load-status", "Press Run simulation: it takes about 12 s at the defaults.")
         ui.job_note()
         # a figure from the start: Gradio's empty-plot box carries an aria-label that axe flags
         timeline = gr.Plot(plots.message_figure("Run a simulation: each request's latency,<br>the queue and tau "
@@ -113,7 +113,7 @@ def add_tab(ui: UI) -> UnderLoadTab:
         front = gr.Plot(plots.message_figure("The latency-quality front<br>of each policy appears here.", height=200),
                         label="latency-quality front", elem_id="load-front")
         note = gr.Markdown(elem_id="load-note", label="summary")
-    btn.click(guard(ui.gpu(tab.run)), [pattern, rate, duration, policy, compare, target, slots, ui.session],
-              [timeline, front, note], api_name="under_load", **ui.job_limit)
+    ui.run_job(btn, tab.run, [pattern, rate, duration, policy, compare, target, slots, ui.session],
+               [timeline, front, note], status, "simulation", api_name="under_load")
     ui.tabs["under_load"] = tab
     return tab

@@ -10,6 +10,7 @@ from typing import Callable
 import gradio as gr
 
 from .core import Core
+from .runs import in_place, job, queued_html, settle, status_html
 from .session import Session
 
 
@@ -44,6 +45,24 @@ class UI:
         with `job_concurrency` slots (1: one job at a time for all visitors), so that one visitor's
         jobs never hold the slots a generation needs."""
         return dict(concurrency_limit=self.opts.job_concurrency, concurrency_id="jobs")
+
+    def job_status(self, elem_id: str, idle: str) -> gr.HTML:
+        """The status line under a long job's button (see playground.runs)."""
+        return gr.HTML(status_html("info", idle), elem_id=elem_id, label="status")
+
+    def run_job(self, btn: gr.Button, fn, inputs: list, outputs: list, status: gr.HTML, what: str,
+                api_name: str):
+        """Wire a long job's button: Queued at the click, Running once it leaves the queue, then
+        Done, Not run (queue full) or its error, in words, in `status`; the job runs in the jobs
+        queue (`job_limit`). Its API endpoint returns `outputs` and the status line, last."""
+        n = len(outputs)
+        armed = btn.click(lambda: queued_html(what), None, [status], queue=False, api_visibility="private")
+        handler = in_place(job(self.gpu(fn), n, f"Running: the {what} has started…",
+                               f"Done: the {what} finished; its results are below."), n + 1, n)
+        running = armed.then(handler, inputs, [*outputs, status], api_name=api_name, show_progress_on=outputs,
+                             **self.job_limit)
+        running.failure(settle, [status], [status], queue=False, api_visibility="private")
+        return running
 
     def api(self, fn, api_name: str, output: str, **kwargs) -> None:
         """`gr.api` with its output named (Gradio names them "1st", "2nd"… on the API page)."""

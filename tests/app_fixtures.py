@@ -77,7 +77,7 @@ def run_ui(pg, session=None, prompt=PROMPT, tau=0.9, block=4, metric="probabilit
            max_new=40, cache="sliding", ar_side=AR_SIDES[0], slow_ms=0) -> list[dict]:
     """Every update `generate` yields, as dicts keyed by OUT."""
     session = session or Session()
-    outs = guard(pg.playground.generate)(prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side,
+    outs = pg.playground.page_generate(prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side,
                                          slow_ms, session)
     return [dict(zip(OUT, o)) for o in outs]
 

@@ -17,6 +17,7 @@ from playground import render
 from playground.duel import AR_SIDES, Step
 from playground.errors import guard
 from playground.replay import decisions
+from playground.runs import status_html
 from playground.session import Session
 
 PUBLIC = {"generate", "generate_stream", "frontier", "batch", "under_load", "mask", "window", "load_models"}
@@ -91,7 +92,7 @@ def test_tau_one_on_the_mars_model_agrees_with_ar(pg):
 
 def test_live_tau_changes_the_same_generation(pg):
     session = Session()
-    gen = guard(pg.playground.generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 120, "sliding", AR_SIDES[1], 0,
+    gen = pg.playground.page_generate(PROMPT, 1.0, 4, "probability", 0.0, 0, 120, "sliding", AR_SIDES[1], 0,
                                         session)
     first = next(gen)
     assert session.mars_control is not None and session.mars_control.tau == 1.0
@@ -108,12 +109,17 @@ def test_live_tau_changes_the_same_generation(pg):
 
 def test_stop_ends_a_running_generation_and_cancels_a_queued_one(pg):
     session = Session()
-    out = pg.playground.stop(session)  # nothing running yet: the queued job is cancelled (by Gradio)
-    assert "Cancelled" in out[0] and out[-1]["interactive"] is False
-    gen = guard(pg.playground.generate)(PROMPT, 1.0, 4, "probability", 0.0, 0, 200, "sliding", AR_SIDES[0], 0,
+    queued = pg.playground.arm(session)[1]
+    out = pg.playground.stop(queued, session)  # nothing running yet: the queued job is cancelled (by Gradio)
+    assert "Cancelled" in out[0] and 'data-kind="cancelled"' in out[0] and out[-1]["interactive"] is False
+    # Gradio then runs the failure listener: still "Cancelled", never "queue is full"
+    assert pg.playground.settle(queued, session)[0].count("Cancelled") == 1
+    late = pg.playground.stop(status_html("done", "Done"), session)  # after the run ended on its own
+    assert all(isinstance(x, type(gr.skip())) for x in late[:-1]) and late[-1]["interactive"] is False
+    gen = pg.playground.page_generate(PROMPT, 1.0, 4, "probability", 0.0, 0, 200, "sliding", AR_SIDES[0], 0,
                                         session)
     next(gen)
-    out = dict(zip(OUT, pg.playground.stop(session)))
+    out = dict(zip(OUT, pg.playground.stop(status_html("run", "Running"), session)))
     assert 'data-status="stopped"' in out["ar"] and 'data-status="stopped"' in out["mars"]
     assert "Stopped" in out["status"] and sum(n for _, n in spans(out["mars"])) < 200
     assert session.duel is None and session.last_mars is not None
@@ -198,7 +204,7 @@ def test_decisions_follow_the_acceptance_rule(metric, tau, confs, accepted, fini
 ])
 def test_bad_input_is_a_clear_error_next_to_the_panels(pg, kwargs, message):
     session = Session()
-    gen = guard(pg.playground.generate)(*[kwargs.get(k, v) for k, v in (
+    gen = pg.playground.page_generate(*[kwargs.get(k, v) for k, v in (
         ("prompt", PROMPT), ("tau", 0.9), ("block", 4), ("metric", "probability"), ("temperature", 0.0),
         ("seed", 0), ("max_new", 40), ("cache", "sliding"), ("ar_side", AR_SIDES[0]), ("slow_ms", 0))], session)
     first = next(gen)

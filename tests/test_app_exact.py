@@ -14,7 +14,7 @@ from playground.session import Session
 
 
 def run(pg, mode, tau=1.0, ar_side=AR_SIDES[1], max_new=24, cache="sliding"):  # noqa: F811
-    outs = guard(pg.playground.generate)(PROMPT, tau, 4, "probability", 0.0, 0, max_new, cache, ar_side, 0,
+    outs = pg.playground.page_generate(PROMPT, tau, 4, "probability", 0.0, 0, max_new, cache, ar_side, 0,
                                          Session(), MARS_MODES[mode])
     return dict(zip(OUT, list(outs)[-1]))
 

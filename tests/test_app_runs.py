@@ -1,0 +1,60 @@
+"""The life of a run on the page (playground.runs), without a browser: every end has its own
+status kind and words, errors are yielded in place and then raised hidden, a run that never left
+the queue is told apart from one that Stop removed. The browser side: test_app_browser_states.py."""
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+import app
+from app_fixtures import OUT, Tabs, demo, pair, pg, run_ui  # noqa: F401
+from playground.runs import in_place, job, kind_of, queued_html, settle, status_html
+
+
+def test_status_kinds_are_checked_and_read_back():
+    assert kind_of(status_html("rejected", "x")) == "rejected" and kind_of("<p>plain</p>") is None
+    assert "&lt;b&gt;" in status_html("error", "<b>")
+    with pytest.raises(ValueError, match="status kind 'oops'"):
+        status_html("oops", "x")
+
+
+def test_errors_are_yielded_in_place_then_raised_hidden():
+    def bad(x):
+        raise ValueError(f"x must be small, got <{x}>")
+
+    run = in_place(bad, 3, 1)
+    first = next(run(7))
+    assert isinstance(first[0], type(gr.skip())) and isinstance(first[2], type(gr.skip()))
+    assert kind_of(first[1]) == "error" and "x must be small, got &lt;7&gt;" in first[1]
+    gen = run(7)
+    next(gen)
+    with pytest.raises(gr.Error) as e:
+        next(gen)
+    assert e.value.visible is False and "got &lt;7&gt;" in e.value.message  # the API still gets it
+
+    def broken():
+        return {}["missing"]
+
+    out = next(in_place(broken, 1, 0)())
+    assert "Internal error (KeyError)" in out[0] and "missing" not in out[0]  # no internals shown
+
+
+def test_a_job_says_running_then_done_with_its_results():
+    steps = list(job(lambda a, b: (a + b, a * b), 2, "Running: x", "Done: x")(2, 3))
+    assert kind_of(steps[0][2]) == "run" and isinstance(steps[0][0], type(gr.skip()))
+    assert steps[1][:2] == (5, 6) and kind_of(steps[1][2]) == "done"
+
+
+def test_settle_tells_a_full_queue_from_a_stop_and_leaves_other_ends_alone():
+    queued = queued_html("batch")
+    assert kind_of(settle(queued)) == "rejected" and "queue is full" in settle(queued)
+    assert kind_of(settle(queued, stop_pressed=True)) == "cancelled"
+    for end in ("error", "done", "stopped"):  # the run reached the server: its own status stands
+        assert isinstance(settle(status_html(end, "x")), type(gr.skip()))
+
+
+def test_generation_ends_are_named(pg, pair):
+    assert kind_of(run_ui(pg, max_new=8)[-1]["status"]) == "done"
+    small = Tabs(app.build_app(*pair, max_seconds=0.0))
+    last = run_ui(small, tau=1.0, max_new=200)[-1]
+    assert kind_of(last["status"]) == "stopped" and "120" not in last["status"] and "0 s limit" in last["status"]
