@@ -7,8 +7,9 @@ Run batch, Run simulation, Load):
 The status line under the button tells which, at the end too; Stop (where there is one) is disabled
 once the run is over; each error is shown once, in place, as text. Gradio would also show an error
 as a toast and a red "Error" pill over the outputs: our errors are raised hidden (an API caller
-still gets them as errors; Gradio then draws neither). Gradio's own "queue is full" toast is
-hidden by style.JS, because `settle` says it in place.
+still gets them as errors; Gradio then draws neither). A run refused by a full queue gets
+Gradio's toast and pills all the same: style.JS hides that toast and style.CSS the pills, because
+`settle` says it in place.
 
 Why a `.failure` listener: in Gradio 6 a `.then` runs after success or cancel but not after an
 error, and a job refused by a full queue never reaches the server at all.

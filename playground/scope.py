@@ -39,14 +39,15 @@ def scope_html(mars: Loaded, ar: Loaded | None) -> str:
                "next-token fine-tuning." if ar is not None else
                " There is no separate AR model: the AR side runs this model one token per forward.")
     if training_data(mars) == "synthetic":
+        # short enough that Generate stays within a phone's first screen and a half; the detail folds
         fams = "".join(f"<li><b>{f}</b>: {html.escape(d)}</li>" for f, d in FAMILIES)
         return ('<div class="scope" id="scope-text"><b>About this model.</b> '
                 f'<code>{name}</code> is a {parameters(mars)}-parameter Qwen2 trained from scratch <b>only</b> on '
-                f'three synthetic task families:<ul>{fams}</ul>'
-                'The examples below are held-out problems of these families, which it solves. '
-                '<b>Anything else (general questions, chat, other formats) gives nonsense by design</b>: the model '
-                'is tiny and has never seen other text. Free text is still allowed, to watch how MARS behaves '
-                f'when the model is unsure.{ar_line}</div>')
+                'arithmetic word problems, unit conversions and list operations; the examples below are held-out '
+                'problems of these kinds, which it solves. <b>Anything else (general questions, chat) gives '
+                'nonsense by design.</b><details><summary>What it was trained on</summary>'
+                f'<ul>{fams}</ul>The model is tiny and has never seen other text. Free text is still allowed, to '
+                f'watch how MARS behaves when the model is unsure.{ar_line}</details></div>')
     if training_data(mars) == REAL_DATA:
         return ('<div class="scope" id="scope-text"><b>About this model.</b> '
                 f'<code>{name}</code> is SmolLM2-135M-Instruct ({parameters(mars)} parameters, Apache-2.0) '

@@ -23,6 +23,8 @@ class Session:
         self.duel = None  # the running duel (playground.duel.Duel), None when nothing runs
         self.last_mars = None  # the MARS side of the last generation, for the replay
         self.stop_pressed = False  # Stop since the last Generate (a queued run that fails was cancelled)
+        self.run_id = 0  # Generate clicks so far: tells the current run's duel from an earlier one
+        self.last_duel = None  # the last generation that ran, stopped or not
 
     def stop(self) -> None:
         for ctl in (self.mars_control, self.ar_control):

@@ -2,6 +2,8 @@
 is hidden because the status line says it)."""
 
 CSS = """
+/* Gradio prefixes every rule inside @media with ".gradio-container .contain": such rules anchor on
+   our own elements (#play-top, #tab-playground), never on body. */
 /* WCAG 2 AA contrast (axe-core): Gradio's orange primary, tab, slider-range and footer greys are below 4.5:1 */
 .gradio-container {--button-primary-background-fill: #c2410c; --button-primary-background-fill-hover: #9a3412;
   --button-primary-text-color: #fff; --button-primary-border-color: #c2410c;}
@@ -12,11 +14,16 @@ footer, footer a, footer button, .built-with, .show-api, .settings, .run-history
   color: #111; border: 1px solid #b9cdf5;}
 .scope ul {margin: 4px 0 6px 18px; padding: 0;}
 .scope code {background: #fff; color: #111; padding: 0 3px;}
+.scope details {margin-top: 4px;}
+.scope summary {cursor: pointer; color: #1e3a8a; text-decoration: underline;}
 .run-status {font-size: 14px; padding: 4px 2px; min-height: 1.5em; color: #222;}
 .run-status[data-kind=error] {color: #a40000; font-weight: 600;}
 .run-status[data-kind=rejected], .run-status[data-kind=stopped], .run-status[data-kind=cancelled] {color: #7a3d00;
   font-weight: 600;}
 .run-status[data-kind=done] {color: #0a5a24;}
+/* A run refused by a full queue fails with no output: Gradio marks every output "Error". The status
+   line says what happened (playground.runs), once. */
+[data-testid=status-tracker]:has(> .error) {display: none !important;}
 .prompt-info {font-size: 13px; color: #333;}
 .prompt-info[data-kind=error] {color: #a40000; font-weight: 600;}
 .mars-panel {font-size: 15px;}
@@ -66,6 +73,16 @@ footer, footer a, footer button, .built-with, .show-api, .settings, .run-history
 .replay-table tr[data-mark=rejected] code {text-decoration: line-through;}
 .replay-table tr[data-mark=end] .mark {color: #333; font-weight: 600;}
 @media (max-width: 640px) {
+  /* result tables: one row per line, scrolled sideways (style.JS makes each focusable), never a
+     column one letter wide */
+  /* while a run plays (Stop is enabled) the live tau slider rides at the bottom of the screen, so
+     that it can be moved while watching the panels; its place in the settings is kept */
+  #play-top:has(#stop:enabled) #tau {min-height: 103px;}
+  #play-top:has(#stop:enabled) #tau > .wrap:not([data-testid]) {position: fixed; left: 0; right: 0; bottom: 0; z-index: 60;
+    background: #fff; padding: 4px 12px 8px; border-top: 2px solid #c2410c; box-shadow: 0 -2px 8px rgba(0,0,0,.15);}
+  #tab-playground:has(#stop:enabled) {padding-bottom: 110px;}
+  .prose table:not(.replay-table) {display: block; overflow-x: auto; max-width: 100%; border: 0;}
+  .prose table:not(.replay-table) :is(th, td) {white-space: nowrap; word-break: normal; overflow-wrap: normal;}
   .replay-table thead {display: none;}
   .replay-table tr {display: block; border-bottom: 1px solid #ccc; padding: 4px 0;}
   .replay-table td {display: inline-block; border: none; padding: 2px 4px;}
@@ -82,6 +99,11 @@ JS = """() => {
   new MutationObserver(() => {
     document.querySelectorAll('.toast-body.error').forEach((t) => {
       if (t.innerText.includes('currently busy')) t.closest('.toast-item').style.display = 'none';
+    });
+    // a table wider than a phone scrolls sideways: keyboard users must be able to reach it
+    document.querySelectorAll('.prose table:not([tabindex]):not(.replay-table)').forEach((t) => {
+      t.tabIndex = 0;
+      t.setAttribute('aria-label', 'results table (scrolls sideways on a narrow screen)');
     });
   }).observe(document.body, {childList: true, subtree: true});
   document.addEventListener('keydown', (e) => {

@@ -93,7 +93,7 @@ class PlaygroundTab:
         return Duel(prompt, settings, ar_side, mars, ar, self.opts.max_seconds, mars_mode, same)
 
     def _steps(self, duel: Duel, session: Session, slow: float):
-        session.duel = duel
+        session.duel, duel.run_id = duel, session.run_id
         session.mars_control, session.ar_control = duel.mars.control, duel.ar.control
         try:
             yield from duel.run(slow)
@@ -103,7 +103,7 @@ class PlaygroundTab:
     def _finish(self, duel: Duel, session: Session) -> None:
         session.last_accepted = list(duel.mars.track.accepted)
         session.last_block = duel.mars.cfg.block_size
-        session.last_mars = duel.mars
+        session.last_mars, session.last_duel = duel.mars, duel
         if session.duel is duel:
             session.duel = session.mars_control = session.ar_control = None
 
@@ -175,10 +175,21 @@ class PlaygroundTab:
     def arm(self, session: Session):
         """Right after Generate: Stop becomes usable and the status says the job is on its way."""
         session.stop_pressed = False
+        session.run_id += 1
         return gr.update(interactive=True), queued_html("generation")
 
-    def disarm(self):
-        return gr.update(interactive=False)
+    def after_run(self, session: Session):
+        """Once the run has ended or been cancelled: its final panels and status, and Stop off. Sent
+        last on purpose: when Stop cancels a running generation, an update the generation had in
+        flight can land after Stop's own answer and would leave "Running" on screen."""
+        duel = session.duel
+        if duel is not None and getattr(duel, "run_id", None) == session.run_id:  # Stop not handled yet
+            duel.stop()
+            self._finish(duel, session)
+        last = session.last_duel
+        if last is None or getattr(last, "run_id", None) != session.run_id:  # never ran (cancelled in the queue)
+            return (*(gr.skip(),) * 8, gr.update(interactive=False))
+        return (*self._render(last, True), gr.update(interactive=False))
 
     def settle(self, status: str, session: Session):
         """After a failure (an error, a full queue, or Stop on a queued job): a true status, Stop off."""
@@ -260,9 +271,9 @@ def add_tab(ui: UI) -> PlaygroundTab:
     core, opts = ui.core, ui.opts
     tab = PlaygroundTab(core)
     B, cap = core.default_block, core.max_new_cap()
-    with gr.Tab("Playground", id="playground"):
+    with gr.Tab("Playground", id="playground", elem_id="tab-playground"):
         scope = gr.HTML(scope_html(core.mars, core.ar), elem_id="scope", label="about this model")
-        with gr.Row():
+        with gr.Row(elem_id="play-top"):
             with gr.Column(scale=3, min_width=320):
                 prompt = gr.Textbox(label="Prompt (Enter runs it, Shift+Enter for a new line)", lines=3, max_lines=8,
                                     elem_id="prompt", max_length=core.prompt_char_cap(),
@@ -327,7 +338,8 @@ def add_tab(ui: UI) -> PlaygroundTab:
     tab.page_generate = in_place(ui.gpu(tab.generate), len(outputs), 0)  # errors in the status line, once
     running = armed.then(tab.page_generate, inputs, outputs, api_name="generate_stream",
                          show_progress="full", show_progress_on=[run_status], **ui.decode_limit)
-    running.then(tab.disarm, None, [stop_btn], queue=False, api_visibility="private")  # done or cancelled
+    running.then(tab.after_run, [ui.session], outputs + [stop_btn], queue=False,
+                 api_visibility="private")  # done or cancelled
     running.failure(tab.settle, [run_status, ui.session], [run_status, stop_btn], queue=False,
                     api_visibility="private")  # an error, or never run
     stop_btn.click(tab.stop, [run_status, ui.session], outputs + [stop_btn], cancels=[running], queue=False,

@@ -123,9 +123,14 @@ def generate_and_see(page, token_selector: str, tap: bool = False) -> None:
 
 def test_phone_shows_the_first_token_after_generate(browser, url):
     page = open_page(browser, url, PHONE)
+    box = page.locator("#generate").bounding_box()
+    assert box["y"] + box["height"] <= 1.5 * PHONE["viewport"]["height"], box  # within a screen and a half
     generate_and_see(page, "#ar-panel span.tok", tap=True)
     page.screenshot(path=os.path.join(ARTIFACTS, "phone-running.png"))
+    assert_in_view(page, "#tau input[type=range]")  # while it plays, the live tau rides at the bottom
     wait_finished(page)
+    fixed = "getComputedStyle(document.querySelector('#tau input[type=range]').closest('.wrap')).position"
+    assert page.evaluate(fixed) != "fixed"  # and goes back to its place
     width = page.locator("#mars-panel").bounding_box()["width"]
     assert width > 300  # stacked, full width
     i = page.evaluate("[...document.querySelectorAll('#mars-panel span.tok')]"
@@ -141,6 +146,7 @@ def test_phone_shows_the_first_token_after_generate(browser, url):
 
 def test_desktop_shows_the_first_token_and_keeps_the_tau_slider_in_view(browser, url):
     page = open_page(browser, url, LAPTOP)  # the 1000-px desktop shows the fixture's panels anyway
+    assert_in_view(page, "#generate")  # above the fold of a 1366x768 laptop
     generate_and_see(page, "#mars-panel span.tok")
     assert_in_view(page, "#tau input[type=range]")  # live tau still usable
     wait_finished(page)
@@ -219,23 +225,36 @@ def test_wcag_aa_on_load_and_after_a_generation(browser, url, device):
     page.context.close()
 
 
-def test_other_tabs(browser, url):
-    page = open_page(browser, url)
-    page.get_by_role("tab", name="Frontier").click()
+@pytest.mark.parametrize("device", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_other_tabs(browser, url, device):
+    tag = "phone" if device is PHONE else "desktop"
+    page = open_page(browser, url, device)
+    open_tab(page, "Frontier")
     page.wait_for_selector("#frontier-plot .js-plotly-plot", timeout=30_000)
     assert "Precomputed sweep" in page.locator("#frontier-note").inner_text()
-    page.screenshot(path=os.path.join(ARTIFACTS, "frontier.png"), full_page=True)
-    page.get_by_role("tab", name="Batch & KV cache").click()
+    assert one_line_cells(page, "#frontier-note")
+    page.screenshot(path=os.path.join(ARTIFACTS, f"frontier-{tag}.png"), full_page=True)
+    open_tab(page, "Batch & KV cache")
     page.wait_for_selector("#batch-plot .js-plotly-plot", timeout=30_000)
     assert axe_violations(page) == []  # the other tabs too (on the page as shown)
     page.locator("#batch-run").click()
     page.wait_for_selector("#batch-plot .js-plotly-plot .heatmaplayer", timeout=90_000)
     assert "Speed-up of MARS over AR" in page.locator("#batch-summary").inner_text()
-    page.screenshot(path=os.path.join(ARTIFACTS, "batch.png"), full_page=True)
-    page.get_by_role("tab", name="How it works").click()
+    assert one_line_cells(page, "#batch-summary")  # a phone scrolls the table sideways, whole words
+    assert axe_violations(page) == []  # the scrolled table is focusable
+    page.screenshot(path=os.path.join(ARTIFACTS, f"batch-{tag}.png"), full_page=True)
+    open_tab(page, "How it works")
     page.wait_for_selector("#mask-plot .js-plotly-plot", timeout=30_000)
-    page.screenshot(path=os.path.join(ARTIFACTS, "how-it-works.png"), full_page=True)
+    page.screenshot(path=os.path.join(ARTIFACTS, f"how-it-works-{tag}.png"), full_page=True)
     page.context.close()
+
+
+def one_line_cells(page, where: str) -> bool:
+    """Every cell of the result table in `where` holds its text on one line (no column squeezed
+    to a letter per line, as on a phone before)."""
+    heights = page.eval_on_selector_all(f"{where} table :is(th, td)", "cells => cells.map(c => "
+                                        "c.getBoundingClientRect().height / parseFloat(getComputedStyle(c).lineHeight))")
+    return bool(heights) and max(heights) < 2.6  # one line plus padding
 
 
 @pytest.mark.parametrize("device", [DESKTOP, PHONE], ids=["desktop", "phone"])
