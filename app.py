@@ -89,7 +89,26 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
         _wire_page_load(demo, ui, status)
     demo.queue(max_size=opts.max_queue, default_concurrency_limit=opts.concurrency_limit)
     demo.core, demo.tabs = core, ui.tabs
+    _plain_arity_errors(demo)
     return demo
+
+
+def _plain_arity_errors(demo: gr.Blocks) -> None:
+    """A raw API call with too few values fails in Gradio before any handler runs, with a message
+    that lists Python objects and memory addresses; since we hide non-Gradio errors
+    (show_error=False) the caller then got `{"error": null}`. Say it plainly instead."""
+    check = demo.validate_inputs
+
+    def validate_inputs(block_fn, inputs):
+        try:
+            check(block_fn, inputs)
+        except ValueError:
+            wanted = sum(not isinstance(b, gr.State) for b in block_fn.inputs)
+            raise gr.Error(f"/{block_fn.api_name} takes {wanted} values, got {len(inputs)}: send every parameter, "
+                           "in order (the page's API link lists them; gradio_client fills in the defaults).",
+                           print_exception=False) from None
+
+    demo.validate_inputs = validate_inputs
 
 
 def _wire_page_load(demo: gr.Blocks, ui: UI, status: gr.Markdown) -> None:

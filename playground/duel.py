@@ -170,6 +170,20 @@ class Duel:
         return (cfg.mode in ("lossless", "spec") and strict and cfg.temperature == 0
                 and self.ar.loaded is self.mars.loaded and not self.mars.control.stopped)
 
+    def why_not_guaranteed(self) -> str:
+        """For an exact MARS mode whose guarantee does not cover this comparison: why, in words."""
+        cfg = self.mars.cfg
+        if cfg.mode not in ("lossless", "spec") or self.guaranteed():
+            return ""
+        if cfg.temperature != 0:
+            return "Exact modes match AR only when both decode greedily (temperature 0)."
+        if self.mars.control.stopped:
+            return "The MARS side was stopped early, so its output is shorter than AR's."
+        if self.ar.loaded is not self.mars.loaded:
+            return (f"The exact modes reproduce {self.mars.loaded.name}'s own AR decoding, not the separate AR "
+                    f"checkpoint on the left: set \"AR side runs\" to \"{AR_SIDES[1]}\" to compare against it.")
+        return "tau went below 1 during the run, so spec decoding accepted MARS tokens it did not verify."
+
     def summary(self) -> dict:
         """The API's view: per side model, text, ids, accepted per step and stats; agreement, speed-up."""
         def side(s: Side) -> dict:

@@ -190,9 +190,9 @@ def steps_chart_html(accepted: list[int], taus: list[float], block: int, tau_max
     if not accepted:
         return '<div class="steps-chart muted">accepted tokens per step appear here while MARS runs</div>'
     n = len(accepted)
-    w, h, pad, top_pad = 600, 130, 18, 10
+    w, h, pad, top_pad, right = 600, 130, 18, 10, 30  # right: room for tau's own axis
     span = h - pad - top_pad
-    bw = (w - pad) / n
+    bw = (w - pad - right) / n
     top = max(block, 1)
     bars = []
     for i, a in enumerate(accepted):
@@ -205,12 +205,15 @@ def steps_chart_html(accepted: list[int], taus: list[float], block: int, tau_max
                    for i, t in enumerate(taus))
     ticks = sorted({0, top // 2, top}) if top > 4 else range(0, top + 1)  # no overlapping labels at B = 16
     axis = "".join(f'<text x="2" y="{h - pad - span * k / top + 3:.1f}" font-size="10">{k}</text>' for k in ticks)
-    return (f'<div class="steps-chart"><div class="muted">MARS: tokens accepted per forward (bars, 0-{top}) '
-            f'and tau (red line, 0-{tau_max:g}) over the generation</div>'
-            f'<svg viewBox="0 0 {w} {h}" width="100%" height="{h}" preserveAspectRatio="none">{axis}{"".join(bars)}'
-            f'<polyline points="{pts}" fill="none" stroke="#d22" stroke-width="1.5"/>'
+    # tau has its own scale: its axis on the right, in the line's colour
+    tau_axis = "".join(f'<text class="tau-tick" x="{w - 2}" y="{h - pad - span * f + 3:.1f}" font-size="10" '
+                       f'text-anchor="end" fill="#b00">{f * tau_max:g}</text>' for f in (0, 0.5, 1))
+    return (f'<div class="steps-chart"><div class="muted">MARS: tokens accepted per forward (bars, left axis 0-{top}) '
+            f'and tau (red line, right axis 0-{tau_max:g}) over the generation</div>'
+            f'<svg viewBox="0 0 {w} {h}" width="100%" height="{h}" preserveAspectRatio="none">{axis}{tau_axis}'
+            f'{"".join(bars)}<polyline points="{pts}" fill="none" stroke="#d22" stroke-width="1.5"/>'
             f'<text x="{pad}" y="{h - 4}" font-size="9">step 1</text>'
-            f'<text x="{w - 40}" y="{h - 4}" font-size="9">step {n}</text></svg></div>')
+            f'<text x="{w - right - 40}" y="{h - 4}" font-size="9">step {n}</text></svg></div>')
 
 
 def first_difference(a: str, b: str) -> int | None:
@@ -224,19 +227,21 @@ def first_difference(a: str, b: str) -> int | None:
 
 
 def compare_html(ar_text: str, mars_text: str, ar_ids: list[int] | None = None,
-                 mars_ids: list[int] | None = None, guaranteed: bool = False) -> str:
+                 mars_ids: list[int] | None = None, guaranteed: bool = False, why_not: str = "") -> str:
     """Whether the two outputs agree and, if not, where they first differ. `guaranteed`: the MARS
-    side's mode proves the agreement (lossless decoding of the same model, greedy)."""
+    side's mode proves the agreement (lossless decoding of the same model, greedy). `why_not`: an
+    exact mode whose guarantee does not cover this comparison says why, agree or not."""
     i = first_difference(ar_text, mars_text)
+    note = f'<br><span class="muted">{html.escape(why_not)}</span>' if why_not else ""
     if i is None and guaranteed:
         return ('<div class="compare" data-agree="1" data-guaranteed="1">✓ identical to AR (guaranteed: every '
                 'MARS token is a verified draft or the model\'s own AR token).</div>')
     if i is None:
-        return '<div class="compare" data-agree="1">✓ AR and MARS outputs are identical.</div>'
+        return f'<div class="compare" data-agree="1">✓ AR and MARS outputs are identical.{note}</div>'
     tok = ""
     if ar_ids is not None and mars_ids is not None:
         j = next((k for k, (x, y) in enumerate(zip(ar_ids, mars_ids)) if x != y), min(len(ar_ids), len(mars_ids)))
         tok = f" (token {j + 1})"
     ctx = lambda t: html.escape(t[max(0, i - 20):i]) + "<mark>" + html.escape(t[i:i + 20] or "(end)") + "</mark>"
     return (f'<div class="compare" data-agree="0">≠ The outputs first differ at character {i + 1}{tok}:'
-            f'<br>AR: …{ctx(ar_text)}<br>MARS: …{ctx(mars_text)}</div>')
+            f'<br>AR: …{ctx(ar_text)}<br>MARS: …{ctx(mars_text)}{note}</div>')

@@ -128,7 +128,8 @@ class PlaygroundTab:
                     '<div class="compare muted">comparing when both finish…</div>', gr.skip(), gr.skip())
         same = self.core.same_vocab(ar.loaded, mars.loaded)
         cmp = render.compare_html(ar.track.text, mars.track.text, ar.track.ids if same else None,
-                                  mars.track.ids if same else None, duel.guaranteed())
+                                  mars.track.ids if same else None, duel.guaranteed(),
+                                  duel.why_not_guaranteed())
         n, k = len(mars.steps), _first_rejection(mars)
         words = {"done": "finished", "limit": f"stopped at the token limit ({mars.cfg.max_new_tokens} tokens)",
                  "stopped": "stopped"}

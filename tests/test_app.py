@@ -295,3 +295,18 @@ def test_the_gauge_gives_the_compute_and_the_race_ratio():
     got = dict(re.findall(r'data-k="(speedup|race)"><b>([\d.]+)x</b>', page))
     assert got == {"speedup": "2.00", "race": "4.00"}
     assert 'data-k="race">–' in speed_html(None, None)
+
+
+@pytest.mark.parametrize("tau_max,ticks", [(1.0, ["0", "0.5", "1"]), (4.0, ["0", "2", "4"])])
+def test_steps_chart_draws_bars_and_tau_on_their_own_scales(tau_max, ticks):
+    """Bars: accepted / B of the plot's height; the tau line: tau / tau_max of the same height,
+    read on its own right-hand axis (not the bars' 0..B one)."""
+    chart = render.steps_chart_html([4, 2, 1], [0.5 * tau_max, 0.25 * tau_max, tau_max], 4, tau_max)
+    span, bottom = 130 - 18 - 10, 130 - 18  # the chart's drawing height and baseline
+    heights = [float(h) for h in re.findall(r'class="bar" data-n="\d+" x="[\d.]+" y="[\d.]+" width="[\d.]+" '
+                                            r'height="([\d.]+)"', chart)]
+    assert heights == pytest.approx([span, span / 2, span / 4], abs=0.01)
+    ys = [float(p.split(",")[1]) for p in re.search(r'<polyline points="([^"]+)"', chart).group(1).split()]
+    assert ys == pytest.approx([bottom - span / 2, bottom - span / 4, bottom - span], abs=0.01)
+    assert re.findall(r'class="tau-tick"[^>]*>([^<]+)<', chart) == ticks
+    assert f"right axis 0-{tau_max:g}" in chart

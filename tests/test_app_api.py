@@ -101,6 +101,18 @@ def test_out_of_range_values_get_field_named_messages(client, capfd, api, args, 
     assert "Traceback" not in capfd.readouterr().err  # nothing for the server log either
 
 
+@pytest.mark.parametrize("api,data,wanted", [("generate", ["hi"], 10), ("generate_stream", [], 11), ("batch", [2], 7),
+                                              ("load_models", [], 4)])
+def test_too_few_values_get_a_plain_message(server, api, data, wanted):
+    """A raw HTTP call (no gradio_client to fill in defaults) with values missing."""
+    import httpx
+
+    event = httpx.post(f"{server}gradio_api/call/{api}", json={"data": data}, timeout=30).json()["event_id"]
+    answer = httpx.get(f"{server}gradio_api/call/{api}/{event}", timeout=60).text
+    assert f"/{api} takes {wanted} values, got {len(data)}" in answer, answer
+    assert "0x" not in answer and "null" not in answer
+
+
 def test_uploads_are_refused(server):
     """The app takes no files: an anonymous 1 MB upload must not land on the server's disk."""
     import httpx

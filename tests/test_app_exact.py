@@ -35,6 +35,10 @@ def test_exact_modes_are_identical_to_ar_and_say_it(pg, mode):  # noqa: F811
 def test_no_guarantee_claimed_where_the_mode_does_not_prove_it(pg, mode, tau, ar_side):  # noqa: F811
     last = run(pg, mode, tau, ar_side)
     assert 'data-guaranteed="1"' not in last["compare"] and "guaranteed" not in last["compare"]
+    why = {"mars": None, "lossless": "not the separate AR checkpoint", "spec": "tau went below 1"}[mode]
+    assert why is None or why in last["compare"]  # an exact mode says why its guarantee does not apply
+    if why is None:
+        assert "muted" not in last["compare"]
 
 
 def test_api_reports_the_guarantee(pg):  # noqa: F811

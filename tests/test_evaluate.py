@@ -52,3 +52,24 @@ def test_evaluate_offers_every_cache_mode(model_dir, tmp_path):
         assert main(["--model", model_dir, "--n", "2", "--taus", "0.5", "--max-new-tokens", "4",
                      "--cache", cache, "--output", str(out)]) == 0
         assert {r["cache"] for r in json.loads((out / "eval.json").read_text())["runs"]} == {cache}
+
+
+def test_frontier_labels_never_overlap_and_stay_on_hover():
+    from training.evaluate import frontier_figure
+
+    def run(mode, tau, tpf, acc, tps):
+        return {"model": "m", "mode": mode, "tau": tau, "block_size": 1 if mode == "ar" else 4, "accuracy": acc,
+                "tokens_per_forward": tpf, "tokens_per_second": tps}
+
+    runs = [run("ar", 1.0, 1.0, 0.80, 300), run("mars", 1.0, 1.0, 0.81, 290), run("mars", 0.95, 3.30, 0.79, 420),
+            run("mars", 0.9, 3.35, 0.785, 425), run("mars", 0.5, 3.80, 0.60, 480)]
+    fig = frontier_figure({"n": 5, "runs": runs})
+    acc = [tr for tr in fig.data if (tr.xaxis or "x") == "x"]
+    shown = [(x, y, t) for tr in acc for x, y, t in zip(tr.x, tr.y, tr.text) if t]
+    for i, (x1, y1, _) in enumerate(shown):  # no two labels closer than a label's size (x range 2.8, y 21)
+        assert all(abs(x1 - x2) >= 0.12 * 2.8 or abs(y1 - y2) >= 0.08 * 21 for x2, y2, _ in shown[i + 1:])
+    mars = next(tr for tr in acc if "MARS" in tr.name)
+    assert list(mars.text) == ["", "τ=0.95", "", "τ=0.5"]  # tau 1 sits on the AR point, 0.9 on 0.95
+    assert list(mars.hovertext) == ["τ=1.0", "τ=0.95", "τ=0.9", "τ=0.5"]
+    ar = next(tr for tr in acc if "AR" in tr.name)
+    assert list(ar.text) == ["AR"]  # drawn first, it keeps its label
