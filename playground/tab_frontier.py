@@ -13,6 +13,10 @@ from .ui import UI
 from .validate import as_int, parse_taus
 
 
+TAU1_NOTE = ("Tokens/s of MARS at tau 1 is below AR's: each of its forwards still carries the B - 1 masks "
+             "whose predictions tau 1 rejects.")
+
+
 class FrontierTab:
     def __init__(self, core: Core):
         self.core = core
@@ -25,8 +29,15 @@ class FrontierTab:
         if data is None:
             return plots.frontier(None), f"**{mars.name}** has no precomputed sweep (no `eval.json` in its folder)."
         from training.evaluate import summary_table
+        base = data.get("base_config") or {}
+        how = ", ".join(x for x in (
+            f"batches of {data['batch_size']}" if data.get("batch_size") else "",
+            f"{base['cache']} KV cache" if base.get("cache") else "",
+            f"{base['max_new_tokens']} new tokens max" if base.get("max_new_tokens") else "",
+            f"{data['torch_threads']} CPU threads" if data.get("torch_threads") else "") if x)
         return plots.frontier(data), (f"Precomputed sweep from the model card of **{mars.name}** "
-                                      f"({data.get('n', '?')} held-out problems).\n\n" + summary_table(data))
+                                      f"({data.get('n', '?')} held-out problems{', ' + how if how else ''}). "
+                                      f"{TAU1_NOTE}\n\n" + summary_table(data))
 
     def run(self, n, taus, block_size, max_new_tokens, session: Session, progress=gr.Progress()):
         """A new sweep: the AR baseline (if loaded), the MARS model at one token per step, then
@@ -72,8 +83,7 @@ class FrontierTab:
         cut = (f"**Stopped at the {self.opts.max_seconds:g} s limit: {done[0]} of {total} runs.** "
                if stopped[0] else "")
         return plots.frontier(result), (f"{cut}Sweep on {n} held-out problems, {max_new_tokens} new tokens max, batches "
-                                        "of 8, sliding KV cache. Tokens/s at tau 1 is below AR's: each MARS forward "
-                                        "still carries the B - 1 masks whose predictions tau 1 rejects.\n\n" + summary_table(result))
+                                        f"of 8, sliding KV cache. {TAU1_NOTE}\n\n" + summary_table(result))
 
 
 def add_tab(ui: UI) -> FrontierTab:

@@ -23,6 +23,18 @@ def test_frontier_initial_and_run(pg):
     fig, note = guard(pg.frontier.run)(2, "1.0, 0.0", 4, 16, Session(), progress=lambda *a, **k: calls.append(a))
     assert len(calls) >= 4 and "| ar-baseline | ar |" in note and "| mars | mars | 4 | 0.0 |" in note
     assert {tr.name for tr in fig.data} >= {"ar-baseline AR", "mars AR", "mars MARS B=4"}
+    assert "batches of 8" in note and "tau 1 is below AR's" in note  # how it was run, and why tau 1 is slower
+
+
+def test_frontier_card_note_says_how_the_sweep_ran(pg, monkeypatch):
+    from app_fixtures import EVAL
+
+    _, note = pg.frontier.initial()
+    assert "tau 1 is below AR's" in note and "batches of" not in note  # the fixture's card records no batch
+    card = dict(EVAL, batch_size=32, torch_threads=2, base_config={"cache": "sliding", "max_new_tokens": 256})
+    monkeypatch.setattr(type(pg.core.mars), "eval_json", lambda self: card)
+    _, note = pg.frontier.initial()
+    assert "3 held-out problems, batches of 32, sliding KV cache, 256 new tokens max, 2 CPU threads)" in note
 
 
 @pytest.mark.parametrize("args,message", [

@@ -67,7 +67,7 @@ def test_frontier_labels_never_overlap_and_stay_on_hover():
     acc = [tr for tr in fig.data if (tr.xaxis or "x") == "x"]
     shown = [(x, y, t) for tr in acc for x, y, t in zip(tr.x, tr.y, tr.text) if t]
     for i, (x1, y1, _) in enumerate(shown):  # no two labels closer than a label's size (x range 2.8, y 21)
-        assert all(abs(x1 - x2) >= 0.12 * 2.8 or abs(y1 - y2) >= 0.08 * 21 for x2, y2, _ in shown[i + 1:])
+        assert all(abs(x1 - x2) >= 0.12 * 2.8 or abs(y1 - y2) >= 0.12 * 21 for x2, y2, _ in shown[i + 1:])
     mars = next(tr for tr in acc if "MARS" in tr.name)
     assert list(mars.text) == ["", "τ=0.95", "", "τ=0.5"]  # tau 1 sits on the AR point, 0.9 on 0.95
     assert list(mars.hovertext) == ["τ=1.0", "τ=0.95", "τ=0.9", "τ=0.5"]

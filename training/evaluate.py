@@ -165,10 +165,11 @@ def frontier_figure(result: dict) -> go.Figure:
     return fig
 
 
-def declutter_labels(fig: go.Figure, dx: float = 0.12, dy: float = 0.08) -> None:
+def declutter_labels(fig: go.Figure, dx: float = 0.12, dy: float = 0.12) -> None:
     """Drop a point's label where it would overlap one already placed in the same panel (within
-    dx, dy of the panel's data ranges: about a "τ=0.95" label on a phone-wide panel). Every point
-    keeps its label on hover; the sweep's ends and the AR points come first, so they keep theirs."""
+    dx, dy of the panel's data ranges: about a "τ=0.95" label on a phone-wide panel, seen in
+    Chromium at 390 px). Every point keeps its label on hover; the sweep's ends and the AR points
+    come first, so they keep theirs. Labels may reach past the plot area (not cut at its top)."""
     panels = defaultdict(list)
     for tr in fig.data:
         panels[tr.xaxis or "x"].append(tr)
@@ -191,7 +192,7 @@ def declutter_labels(fig: go.Figure, dx: float = 0.12, dy: float = 0.08) -> None
                     text[i] = ""
                 else:
                     placed.append((x, y))
-            tr.update(hovertext=list(tr.text), hoverinfo="text+x+y", text=text)
+            tr.update(hovertext=list(tr.text), hoverinfo="text+x+y", text=text, cliponaxis=False)
 
 
 def write_outputs(result: dict, output_dir: str) -> dict:
