@@ -64,5 +64,14 @@ def test_the_summary_says_when_no_policy_can_meet_the_target():
     missed = summary({"settings": {"target": 1.0}, "results": [run("adaptive", 3.0, False), run("fixed 0.7", 2.0, False)]})
     assert "No policy met the target at this rate" in missed and "Lower the rate" in missed
     met = summary({"settings": {"target": 1.0}, "results": [run("adaptive", 0.5, True), run("fixed 1", 2.0, False)]})
-    assert "No policy met" not in met and "**adaptive** meets the target" in met
+    assert "No policy met" not in met and "**adaptive** meets the target" in met and "Every policy" not in met
+    settings = {"target": 1.0, "rate": 10.0}
+    missed = summary({"settings": settings, "results": [run("adaptive", 3.0, False), run("fixed 1", 4.0, False)]})
+    assert "try 5 requests/s" in missed
+    easy = summary({"settings": settings, "results": [run("adaptive", 0.3, True), run("fixed 1", 0.5, True)]})
+    assert "Every policy met the target, tau = 1 included" in easy and "try 20 requests/s" in easy
+    fast = summary({"settings": dict(settings, rate=15.0), "results": [run("fixed 1", 0.5, True)]})
+    assert "try 20 requests/s" in fast  # never past the slider's end
+    alone = summary({"settings": settings, "results": [run("adaptive", 0.3, True)]})
+    assert "Every policy" not in alone  # without tau = 1 in the run there is nothing to say about it
 
