@@ -41,7 +41,8 @@ def _decode(model, tok, ids, cfg: DecodeConfig, draft=None):
 
 
 def run_lossless(method: Method, model, tok, ids, tau, args, counter):
-    cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens)
+    cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens,
+                       compile=method.compile)
     return _decode(model, tok, ids, cfg)
 
 
@@ -88,6 +89,9 @@ register(Method("hf-generate-mars", "mars", run_hf, reference=True,
 register(Method("mars-lossless", "mars", run_lossless, "cursor", exact=True,
                 help="lossless MARS: the model's mask predictions are drafts its next forward\n"
                      "verifies (cursor cache); token for token AR"))
+register(Method("mars-lossless-compiled", "mars", run_lossless, "cursor", exact=True, warm_every_chunk=True,
+                compile=True, help="lossless MARS on the static-shape cursor cache under `torch.compile`\n"
+                                   "(greedy; `compile=True`); token for token AR"))
 register(Method("spec", "mars", run_spec, "cursor", exact=True,
                 help="speculative decoding: --draft-model proposes --draft-tokens, the MARS\n"
                      "model verifies as an AR model (cursor caches); token for token AR"))

@@ -69,7 +69,8 @@ class DecodeConfig:
                       per batch-size bucket and attention window (the first step: per prefill
                       width). True picks "reduce-overhead" (CUDA graphs) on a
                       CUDA device and "default" elsewhere. Needs cache="cursor" and mode
-                      "ar" or "mars".
+                      "ar", "mars" or "lossless" (greedy, draft_groups "last":
+                      `decode_compiled_lossless`).
     draft_tokens:     K, tokens the draft model proposes per step ("spec"), 1..MAX_DRAFT_TOKENS.
     draft_block_size: 1: the draft model decodes AR; > 1: it decodes with MARS (its mask
                       predictions kept while its top-1 probability passes `draft_tau`).
@@ -124,8 +125,13 @@ class DecodeConfig:
             raise ValueError(f"compile must be True, False or one of {', '.join(COMPILE_MODES)}; got {self.compile!r}")
         if self.compile and self.cache != "cursor":
             raise ValueError(f"compile needs cache=\"cursor\" (the static-shape path), got cache={self.cache!r}")
-        if self.compile and self.mode not in ("ar", "mars"):
-            raise ValueError(f"compile runs modes \"ar\" and \"mars\"; mode={self.mode!r} runs eagerly (compile=False)")
+        if self.compile and self.mode not in ("ar", "mars", "lossless"):
+            raise ValueError(f"compile runs modes \"ar\", \"mars\" and \"lossless\"; mode={self.mode!r} runs "
+                             "eagerly (compile=False)")
+        if self.compile and self.mode == "lossless" and (self.temperature != 0 or self.draft_groups != "last"):
+            raise ValueError("compiled lossless MARS is greedy with draft_groups=\"last\" (temperature 0); "
+                             f"got temperature={self.temperature}, draft_groups={self.draft_groups!r}: use "
+                             "compile=False for those")
         _check_int("draft_tokens", self.draft_tokens, 1)
         if self.draft_tokens > MAX_DRAFT_TOKENS:
             raise ValueError(f"draft_tokens must be <= {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")

@@ -266,10 +266,27 @@ def _bucket(n: int) -> int:
 def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
     """Yield one `StepEvent` per forward until every row of `rows` stops (`compile=True`); the
     tokens land in `rows.out`, as with `decode_cursor`."""
+    yield from run_static(model, rows, mask_id, pad_id, compiled_step=static_step, first=first_mars)
+
+
+def first_mars(rows: Rows, logits: torch.Tensor, tau: float) -> tuple[StepEvent, list[list[int]]]:
+    """The prefill's outcome by the tau rule: the event, and each row's accepted tokens (what the
+    first step feeds)."""
+    tokens, conf, n_acc = rows.accept(logits, rows.active, tau)
+    first = rows.commit(rows.active, tokens, conf, n_acc, tau)
+    return first.event, first.taken
+
+
+def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *, compiled_step: Callable,
+               first: Callable, after: Callable | None = None) -> Iterator[StepEvent]:
+    """The static-shape decode loop: the compiled prefill, `first(rows, logits, tau) -> (event,
+    feeds)` on its logits, then `compiled_step` (`static_step` or another step of the same
+    signature) until every row stops, shrinking the batch into smaller buckets as rows finish.
+    `after(rows, live, outcomes, event)`, if given, adds the decoder's own bookkeeping to a step."""
     cfg, dev, B = rows.cfg, rows.device, rows.block
     mode = resolve_mode(cfg.compile, dev)
     graphs = mode in ("reduce-overhead", "max-autotune")  # CUDA graphs: fixed buffer addresses
-    step, prefill = compiled(static_step, mode), compiled(static_prefill, mode)
+    step, prefill = compiled(compiled_step, mode), compiled(static_prefill, mode)
     N = len(rows.prompts)
     need = max(len(p) for p in rows.prompts) + cfg.max_new_tokens + 2 * B
     capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
@@ -282,9 +299,7 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
         logits = prefill(model, cache, ids, n, block=B)  # (N, B, V)
-        tokens, conf, n_acc = rows.accept(logits, rows.active, tau)
-        first = rows.commit(rows.active, tokens, conf, n_acc, tau)
-        event, feed = first.event, first.taken
+        event, feed = first(rows, logits, tau)
         vocab = logits.shape[-1]
         order = list(range(N))  # buffer row -> sequence index
         loop = _initial_state(rows, feed, dev, B)  # the rows' tensors the step reads and returns
@@ -305,12 +320,14 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
                 loop = [t.clone() for t in loop]
             packed = packed.tolist()  # the one host sync
             mine = [(r, p) for r, p in zip(order, packed) if r in live]
-            event = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B).event
+            outcome = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B)
+            if after is not None:
+                after(rows, [r for r, _ in mine], outcome.rows, outcome.event)
             rows.still_active()
             n_live = len(rows.active)
             if 0 < n_live and _bucket(n_live) < len(order):
                 cache, loop, order = _shrink(owner, cache, loop, order, set(rows.active), layout, graphs)
-            yield event
+            yield outcome.event
     finally:
         owner.give(cache)
 

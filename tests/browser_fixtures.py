@@ -7,9 +7,8 @@ import re
 import shutil
 
 import pytest
-import torch
 
-from app_fixtures import ROOT, free_port, save_pair
+from app_fixtures import ROOT, free_port, pair  # noqa: F401 - the model pair fixture
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
@@ -34,12 +33,6 @@ def serve(pair, **overrides) -> tuple[str, object]:
     port = free_port()
     app.launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     return f"http://127.0.0.1:{port}/", demo
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    torch.set_num_threads(1)
-    return save_pair(str(tmp_path_factory.mktemp("browser-models")))
 
 
 @pytest.fixture(scope="module")

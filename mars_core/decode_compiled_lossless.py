@@ -1,0 +1,117 @@
+"""Lossless MARS on the static-shape cursor cache, compiled (`mode="lossless", compile=True`).
+
+The eager path (`decode_exact`, `draft_groups="last"`) feeds each row its new real token (the
+last step's bonus), its B - 1 drafts (the last step's mask predictions) and one group of B - 1
+[MASK]s standing after the last draft. A group after the LAST draft sees the whole chain, so the
+window is plain causal attention over
+
+    bonus  d_1 .. d_{B-1}  M .. M            (at most 1 + (B - 1) + (B - 1) = 2B - 1 slots)
+
+which is exactly the static MARS step's layout (`decode_compiled.static_step`): n real tokens,
+then B - 1 masks, padding after. Only what is read off the logits differs:
+
+* columns 0..B-1 verify: p_{i+1} at the chain's i-th token; greedy, drafts d_1..d_j are kept
+  while each equals the argmax before it, and the token after them (the bonus) is p_{j+1}'s argmax;
+* columns n..n+B-2 are the group's mask predictions: the next step's drafts, if every draft was
+  accepted (the group stands after d_k); a row that rejected one has no drafts next step;
+* the cursor moves past the bonus and the j accepted drafts (their keys and values were computed
+  causally over committed text: exact); the rest of the window is overwritten next step.
+
+So the output is greedy AR decoding's, token for token, like the eager path's (tested against it
+and against `model.generate`). Greedy only: sampling (speculative rejection sampling) runs eagerly.
+"""
+from __future__ import annotations
+
+from typing import Iterator, TYPE_CHECKING
+
+import torch
+
+from .acceptance import confidence
+from .decode_compiled import StaticCursorCache, _forward, compiled, run_static
+from .decode_exact import cap_drafts
+from .decoding import Rows, StepEvent, cut, pack
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+def lossless_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Tensor, n_feed: torch.Tensor,
+                  cursor: torch.Tensor, remaining: torch.Tensor, alive: torch.Tensor, tau: torch.Tensor,
+                  stop_ids: torch.Tensor, noise: torch.Tensor | None, *, block: int, mask_id: int, pad_id: int,
+                  metric: str, temperature: float, max_accept: int | None,
+                  window: int) -> tuple[torch.Tensor, ...]:
+    """One verify-and-draft forward of every row at its cursor; all on the device.
+
+    feed (R, B) long: the bonus, then the drafts (n_feed - 1 of them); the rest as `static_step`
+    (tau and noise are unused: greedy verification has no threshold and no randomness).
+    Returns the next (feed, n_feed, cursor, remaining, alive) and the packed outcome
+    (R, 2B + 2 + 3): emitted tokens, confidences, kept, done, then [accepted drafts j, whether
+    the next step has drafts, drafts verified this step].
+    """
+    B = block
+    R, W = feed.shape[0], 2 * B - 1
+    col = torch.arange(W, device=feed.device)
+    n = n_feed[:, None]
+    real = feed.gather(1, col.clamp(max=B - 1).expand(R, W))
+    ids = torch.where(col < n, real, torch.where(col < n + B - 1, mask_id, pad_id))  # (R, W)
+    pos = cursor[:, None] + col
+    keep = torch.cat([col[:B].expand(R, B), n + torch.arange(B - 1, device=feed.device)], dim=1)  # (R, 2B - 1)
+    logits = _forward(model, cache, ids, pos, keep, window)  # (R, 2B - 1, V)
+    verify, group = logits[:, :B], logits[:, B:]  # (R, B, V): p_1..p_B; (R, B - 1, V): the masks
+    target = verify.argmax(dim=-1)  # (R, B)
+    drafts, k = feed[:, 1:], n_feed - 1  # (R, B - 1), (R,)
+    ok = (drafts == target[:, :B - 1]) & (col[None, :B - 1] < k[:, None])
+    j = ok.long().cumprod(dim=1).sum(dim=1)  # (R,) accepted drafts
+    bonus = target.gather(1, j[:, None])[:, 0]
+    if max_accept is not None:
+        j, bonus = cap_drafts(drafts, j, bonus, max_accept)
+    idx = col[:B]
+    tokens = torch.where(idx < j[:, None], feed.gather(1, (idx + 1).clamp(max=B - 1).expand(R, B)),
+                         bonus[:, None])  # (R, B): d_1..d_j, bonus, (bonus repeated: never read)
+    conf = confidence(torch.softmax(verify.float(), dim=-1), tokens, metric)
+    take, done = cut(tokens, j + 1, stop_ids, remaining)
+    done = done | ~alive
+    going = alive & ~done
+    has_group = j == k  # the group stood after d_k: its predictions are the next drafts
+    next_feed = torch.cat([bonus[:, None], group.argmax(dim=-1)], dim=1)  # (R, B)
+    next_n = torch.where(going & has_group, B, 1)
+    extra = torch.stack([j, has_group.long(), k], dim=1)
+    return (next_feed, next_n, cursor + torch.where(alive, 1 + j, 0), remaining - take, going,
+            pack(tokens, conf, take, done, extra))
+
+
+def first_lossless(rows: Rows, logits: torch.Tensor, tau: float) -> tuple[StepEvent, list[list[int]]]:
+    """The prefill's outcome (logits (N, B, V) at the last prompt token and the B - 1 masks): each
+    row emits its AR token; the masks' predictions are its first drafts. Returns the event and
+    each row's feed for the first step (the token, then its drafts)."""
+    bonus = logits[:, :1].argmax(dim=-1)  # (N, 1)
+    conf = confidence(torch.softmax(logits[:, :1].float(), dim=-1), bonus, rows.cfg.metric)
+    drafts = logits[:, 1:].argmax(dim=-1).tolist()
+    step = rows.commit(rows.active, bonus, conf, torch.ones_like(bonus[:, 0]), tau)
+    _verified(rows, step.event, [0] * len(rows.active), rows.active, step.taken)
+    return step.event, [t + d if t else [] for t, d in zip(step.taken, drafts)]
+
+
+def after_lossless(rows: Rows, live: list[int], outcomes: list, event: StepEvent) -> None:
+    """Stats and replay fields of a step, as the eager path keeps them (`decode_exact`)."""
+    js = [int(o.extra[0]) for o in outcomes]
+    rows.stats.drafted += sum(int(o.extra[2]) for o in outcomes)
+    rows.stats.accepted_drafts += sum(js)
+    _verified(rows, event, js, live, [o.taken for o in outcomes])
+
+
+def _verified(rows: Rows, event: StepEvent, js: list[int], live: list[int], emitted: list[list[int]]) -> None:
+    event.verified = [0] * len(rows.prompts)
+    for r, a, e in zip(live, js, emitted):
+        event.verified[r] = min(a, len(e))
+    event.proposed = [list(t) for t in event.tokens]
+    event.proposed_confidences = [list(c) for c in event.confidences]
+
+
+@torch.no_grad()
+def decode_compiled_lossless(model: PreTrainedModel, rows: Rows, mask_id: int,
+                             pad_id: int) -> Iterator[StepEvent]:
+    """Yield one `StepEvent` per forward until every row of `rows` stops (greedy, exact; the config
+    check refuses sampling and other draft groups)."""
+    yield from run_static(model, rows, mask_id, pad_id, compiled_step=lossless_step,
+                          first=first_lossless, after=after_lossless)
