@@ -29,7 +29,8 @@ import sys
 import tempfile
 import time
 
-METHODS = ("ar-cursor", "ar-compiled", "ar-static-compile", "mars-cursor", "mars-compiled")
+METHODS = ("ar-cursor", "ar-compiled", "ar-static-compile", "mars-cursor", "mars-compiled", "mars-lossless",
+           "mars-lossless-compiled")
 DEFAULT_AR = "assets/models/tiny-ar-sft"
 DEFAULT_MARS = "assets/models/tiny-mars-b4"
 
@@ -88,7 +89,8 @@ def _decoder(method: str, args):
                                compile_config=cc, streamer=streamer if len(ids) == 1 else None)
             return (streamer.first or time.perf_counter()) - t0
         return model, tok, decode
-    cfg = DecodeConfig(mode="mars" if mars else "ar", tau=args.tau if mars else 1.0, block_size=args.block_size,
+    mode = "lossless" if "lossless" in method else "mars" if mars else "ar"
+    cfg = DecodeConfig(mode=mode, tau=args.tau if mode == "mars" else 1.0, block_size=args.block_size,
                        cache="cursor", compile=method.endswith("compiled"), max_new_tokens=args.max_new_tokens)
 
     def decode(ids):

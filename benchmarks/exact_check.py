@@ -26,6 +26,7 @@ B = 4
 # key -> (row label, DecodeConfig fields, uses the draft model)
 RUNS = {"lossless": ("lossless", dict(mode="lossless", block_size=B), False),
         "lossless-all": ("lossless, groups all", dict(mode="lossless", block_size=B, draft_groups="all"), False),
+        "lossless-compiled": ("lossless, compiled", dict(mode="lossless", block_size=B, compile=True), False),
         "spec": ("spec K=", dict(mode="spec", block_size=1), True),
         "spec-mars-1": ("spec-mars K= tau 1", dict(mode="spec", block_size=B, tau=1.0), True),
         "spec-mars-0.95": ("spec-mars K= tau 0.95", dict(mode="spec", block_size=B, tau=0.95), True),
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         name = name.replace("K=", f"K={K}")
         kw = dict(kw, draft_tokens=K) if uses_draft else kw
         plans = [("cursor", b) for b in args.batch_sizes]
-        if kw["mode"] != "mars":
+        if kw["mode"] != "mars" and not kw.get("compile"):  # the no-cache reference (compiled runs on cursor only)
             plans.append(("none", 8))
         for cache, batch in plans:
             n = len(ids) if cache == "cursor" or args.reference_n is None else min(args.reference_n, len(ids))

@@ -33,17 +33,19 @@ def draft_model(args):
     return _DRAFTS[key]
 
 
-def _decode(model, tok, ids, cfg: DecodeConfig, draft=None):
+def _decode(model, tok, ids, cfg: DecodeConfig, draft=None, counter=None):
     rows, steps = decode_steps(model, tok, ids, cfg, draft_model=draft)
     for _ in steps:
         pass
+    if counter is not None:  # a compiled graph runs no forward hook: count its steps as `run_ours` does
+        counter.add(rows.stats.forwards + rows.stats.prefill_forwards)
     return rows.out, rows.stats.row_forwards
 
 
 def run_lossless(method: Method, model, tok, ids, tau, args, counter):
     cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens,
                        compile=method.compile)
-    return _decode(model, tok, ids, cfg)
+    return _decode(model, tok, ids, cfg, counter=counter if method.compile else None)
 
 
 def run_spec(method: Method, model, tok, ids, tau, args, counter):

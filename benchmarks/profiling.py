@@ -28,6 +28,7 @@ from mars_core.loading import DTYPES, load_model
 from mars_core.prompts import encode_prompt
 from tasks.synthetic import make_examples
 
+from . import methods_exact  # noqa: F401  (registers mars-lossless and mars-lossless-compiled)
 from .measure import DEFAULT_AR, DEFAULT_MARS, run_all
 from .methods import fixed_methods, method_list
 
