@@ -81,6 +81,9 @@ footer, footer a, footer button, .built-with, .show-api, .settings, .run-history
   #play-top:has(#stop:enabled) #tau > .wrap:not([data-testid]) {position: fixed; left: 0; right: 0; bottom: 0; z-index: 60;
     background: #fff; padding: 4px 12px 8px; border-top: 2px solid #c2410c; box-shadow: 0 -2px 8px rgba(0,0,0,.15);}
   #tab-playground:has(#stop:enabled) {padding-bottom: 110px;}
+  /* and Stop floats just above it (its place next to Generate is screens up by then) */
+  #play-top:has(#stop:enabled) #stop {position: fixed; right: 12px; bottom: 112px; z-index: 61; width: auto;
+    min-width: 96px; box-shadow: 0 2px 8px rgba(0,0,0,.25);}
   .prose table:not(.replay-table) {display: block; overflow-x: auto; max-width: 100%; border: 0;}
   .prose table:not(.replay-table) :is(th, td) {white-space: nowrap; word-break: normal; overflow-wrap: normal;}
   .replay-table thead {display: none;}

@@ -27,6 +27,7 @@ TAU_MAX = {"probability": 1.0, "margin": 1.0, "entropy": 4.0}  # slider ranges
 SCROLL_JS = """() => { const narrow = window.innerWidth < 800;
   const el = document.getElementById(narrow ? 'speed' : 'mars-panel');
   if (el) el.scrollIntoView({block: narrow ? 'start' : 'nearest'}); }"""
+SHOW_STATUS_JS = "() => { document.getElementById('run-status')?.scrollIntoView({block: 'center'}); }"
 
 
 def _examples() -> list[list[str]]:
@@ -341,8 +342,10 @@ def add_tab(ui: UI) -> PlaygroundTab:
                          show_progress="full", show_progress_on=[run_status], **ui.decode_limit)
     running.then(tab.after_run, [ui.session], outputs + [stop_btn], queue=False,
                  api_visibility="private")  # done or cancelled
-    running.failure(tab.settle, [run_status, ui.session], [run_status, stop_btn], queue=False,
-                    api_visibility="private")  # an error, or never run
+    settled = running.failure(tab.settle, [run_status, ui.session], [run_status, stop_btn], queue=False,
+                              api_visibility="private")  # an error, or never run
+    # after Generate a phone scrolled down to the panels: bring the line that says why back in view
+    settled.then(None, None, None, js=SHOW_STATUS_JS, queue=False, api_visibility="private")
     stop_btn.click(tab.stop, [run_status, ui.session], outputs + [stop_btn], cancels=[running], queue=False,
                    api_visibility="private")
     tau.change(tab.set_tau, [tau, metric, ui.session], None, queue=False, show_progress="hidden",

@@ -128,6 +128,7 @@ def test_phone_shows_the_first_token_after_generate(browser, url):
     generate_and_see(page, "#ar-panel span.tok", tap=True)
     page.screenshot(path=os.path.join(ARTIFACTS, "phone-running.png"))
     assert_in_view(page, "#tau input[type=range]")  # while it plays, the live tau rides at the bottom
+    assert_in_view(page, "#stop")  # and Stop floats above it
     wait_finished(page)
     fixed = "getComputedStyle(document.querySelector('#tau input[type=range]').closest('.wrap')).position"
     assert page.evaluate(fixed) != "fixed"  # and goes back to its place

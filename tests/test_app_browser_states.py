@@ -42,6 +42,9 @@ def assert_settled(page, status: str, expected: str, words: str, shot: str) -> N
     page.wait_for_timeout(800)  # late updates (a failure listener, a toast) would land by now
     assert kind(page, status) == expected
     assert words in page.locator(status).inner_text()
+    if expected in ("rejected", "cancelled", "error"):  # nothing in the panels says why: the line must be seen
+        box = page.locator(status).bounding_box()  # a phone scrolled down to the panels comes back to it
+        assert -1 <= box["y"] and box["y"] + box["height"] <= page.viewport_size["height"] + 1, (shot, box)
     if page.locator("#stop").is_visible():
         assert page.locator("#stop").is_disabled(), shot
     pills = page.locator("[data-testid=status-tracker]:visible", has_text="Error")
