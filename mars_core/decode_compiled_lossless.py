@@ -27,7 +27,7 @@ from typing import Iterator, TYPE_CHECKING
 import torch
 
 from .acceptance import confidence
-from .decode_compiled import StaticCursorCache, _forward, compiled, run_static
+from .decode_compiled import StaticCursorCache, _forward, run_static
 from .decode_exact import cap_drafts
 from .decoding import Rows, StepEvent, cut, pack
 

@@ -37,6 +37,7 @@ TESTS = {
     "mars_core/tau_policy.py": "tests/test_tau_policy.py tests/test_serving.py tests/test_load.py",
     "mars_core/export.py": "tests/test_export.py tests/test_hub.py",
     "benchmarks/load_sim.py": "tests/test_load.py tests/test_app_under_load.py",
+    "mars_core/decode_compiled_lossless.py": "tests/test_compiled_lossless.py",
 }
 
 # (name, file, old text, new text): `old` must occur exactly once in the file
@@ -139,6 +140,18 @@ MUTANTS = [
     # the under-load verdict
     ("verdict ignores a stopped run", "benchmarks/load_sim.py", "(pct(lat, 0.95) <= target and not raw[\"stopped\"])", "(pct(lat, 0.95) <= target)"),
     ("verdict on the median", "benchmarks/load_sim.py", "(pct(lat, 0.95) <= target and", "(pct(lat, 0.5) <= target and"),
+    # compiled lossless
+    ("compiled lossless cursor misses the bonus", "mars_core/decode_compiled_lossless.py",
+     "cursor + torch.where(alive, 1 + j, 0)", "cursor + torch.where(alive, j, 0)"),
+    ("compiled lossless always has a group", "mars_core/decode_compiled_lossless.py",
+     "has_group = j == k ", "has_group = j >= 0 "),
+    ("compiled lossless accepts one draft too many", "mars_core/decode_compiled_lossless.py",
+     "j = ok.long().cumprod(dim=1).sum(dim=1)  # (R,) accepted drafts",
+     "j = (ok.long().cumprod(dim=1).sum(dim=1) + 1).clamp(max=B - 1)"),
+    ("compiled lossless drafts after a rejection", "mars_core/decode_compiled_lossless.py",
+     "next_n = torch.where(going & has_group, B, 1)", "next_n = torch.where(going, B, 1)"),
+    ("compiled lossless drafted not counted", "mars_core/decode_compiled_lossless.py",
+     "rows.stats.drafted += sum(int(o.extra[2]) for o in outcomes)", "rows.stats.drafted += 0"),
 ]
 
 

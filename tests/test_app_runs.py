@@ -7,7 +7,7 @@ import gradio as gr
 import pytest
 
 import app
-from app_fixtures import OUT, Tabs, demo, pair, pg, run_ui  # noqa: F401
+from app_fixtures import Tabs, demo, pair, pg, run_ui  # noqa: F401
 from playground.runs import in_place, job, kind_of, queued_html, settle, status_html
 
 
