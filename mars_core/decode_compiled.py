@@ -106,13 +106,8 @@ def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Te
     Returns the next (feed, n_feed, cursor, remaining, alive) and the packed outcome (R, 2B + 2).
     """
     B = block
-    R, W = feed.shape[0], 2 * B - 1
-    j = torch.arange(W, device=feed.device)
-    n = n_feed[:, None]
-    real = feed.gather(1, j.clamp(max=B - 1).expand(R, W))
-    ids = torch.where(j < n, real, torch.where(j < n + B - 1, mask_id, pad_id))  # (R, W)
-    pos = cursor[:, None] + j  # (R, W) position id = buffer slot
-    keep = n - 1 + torch.arange(B, device=feed.device)  # (R, B): the last real token and the masks
+    ids, pos = window_inputs(feed, n_feed, cursor, B, mask_id, pad_id)
+    keep = n_feed[:, None] - 1 + torch.arange(B, device=feed.device)  # (R, B): the last real token and the masks
     logits = _forward(model, cache, ids, pos, keep, window)  # (R, B, V)
     tokens, conf, n_acc = accept(logits, tau, metric, temperature, noise, max_accept)
     take, done = cut(tokens, n_acc, stop_ids, remaining)
@@ -121,6 +116,19 @@ def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Te
     # a finished row keeps feeding one token at a frozen cursor: it never runs past the buffer
     return (tokens, torch.where(going, take, 1), cursor + torch.where(alive, n_feed, 0),
             remaining - take, going, pack(tokens, conf, take, done))
+
+
+def window_inputs(feed: torch.Tensor, n_feed: torch.Tensor, cursor: torch.Tensor, B: int, mask_id: int,
+                  pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A step's fixed-width window: each row's first n_feed tokens of `feed` (R, B), then B - 1
+    masks, then padding, W = 2B - 1 wide. Returns ids and position ids (R, W); a position id is
+    also the buffer slot written."""
+    R, W = feed.shape[0], 2 * B - 1
+    col = torch.arange(W, device=feed.device)
+    n = n_feed[:, None]
+    real = feed.gather(1, col.clamp(max=B - 1).expand(R, W))
+    ids = torch.where(col < n, real, torch.where(col < n + B - 1, mask_id, pad_id))
+    return ids, cursor[:, None] + col
 
 
 def static_prefill(model: PreTrainedModel, cache: StaticCursorCache, ids: torch.Tensor, n: torch.Tensor, *,

@@ -27,7 +27,7 @@ from typing import Iterator, TYPE_CHECKING
 import torch
 
 from .acceptance import confidence
-from .decode_compiled import StaticCursorCache, _forward, run_static
+from .decode_compiled import StaticCursorCache, _forward, run_static, window_inputs
 from .decode_exact import cap_drafts
 from .decoding import Rows, StepEvent, cut, pack
 
@@ -48,14 +48,10 @@ def lossless_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.
     (R, 2B + 2 + 3): emitted tokens, confidences, kept, done, then [accepted drafts j, whether
     the next step has drafts, drafts verified this step].
     """
-    B = block
-    R, W = feed.shape[0], 2 * B - 1
-    col = torch.arange(W, device=feed.device)
-    n = n_feed[:, None]
-    real = feed.gather(1, col.clamp(max=B - 1).expand(R, W))
-    ids = torch.where(col < n, real, torch.where(col < n + B - 1, mask_id, pad_id))  # (R, W)
-    pos = cursor[:, None] + col
-    keep = torch.cat([col[:B].expand(R, B), n + torch.arange(B - 1, device=feed.device)], dim=1)  # (R, 2B - 1)
+    B, R = block, feed.shape[0]
+    ids, pos = window_inputs(feed, n_feed, cursor, B, mask_id, pad_id)  # (R, 2B - 1)
+    col = torch.arange(B, device=feed.device)
+    keep = torch.cat([col.expand(R, B), n_feed[:, None] + col[:B - 1]], dim=1)  # (R, 2B - 1): p_1..p_B, the masks
     logits = _forward(model, cache, ids, pos, keep, window)  # (R, 2B - 1, V)
     verify, group = logits[:, :B], logits[:, B:]  # (R, B, V): p_1..p_B; (R, B - 1, V): the masks
     target = verify.argmax(dim=-1)  # (R, B)
@@ -65,8 +61,7 @@ def lossless_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.
     bonus = target.gather(1, j[:, None])[:, 0]
     if max_accept is not None:
         j, bonus = cap_drafts(drafts, j, bonus, max_accept)
-    idx = col[:B]
-    tokens = torch.where(idx < j[:, None], feed.gather(1, (idx + 1).clamp(max=B - 1).expand(R, B)),
+    tokens = torch.where(col < j[:, None], feed.gather(1, (col + 1).clamp(max=B - 1).expand(R, B)),
                          bonus[:, None])  # (R, B): d_1..d_j, bonus, (bonus repeated: never read)
     conf = confidence(torch.softmax(verify.float(), dim=-1), tokens, metric)
     take, done = cut(tokens, j + 1, stop_ids, remaining)

@@ -181,15 +181,16 @@ class PlaygroundTab:
         return gr.update(interactive=True), queued_html("generation")
 
     def after_run(self, session: Session):
-        """Once the run has ended or been cancelled: its final panels and status, and Stop off. Sent
-        last on purpose: when Stop cancels a running generation, an update the generation had in
+        """Once the run has ended or been cancelled: Stop off, and after a Stop the final panels and
+        status, sent last on purpose: when Stop cancels a running generation, an update the generation had in
         flight can land after Stop's own answer and would leave "Running" on screen."""
         duel = session.duel
         if duel is not None and getattr(duel, "run_id", None) == session.run_id:  # Stop not handled yet
             duel.stop()
             self._finish(duel, session)
         last = session.last_duel
-        if last is None or getattr(last, "run_id", None) != session.run_id:  # never ran (cancelled in the queue)
+        if (last is None or getattr(last, "run_id", None) != session.run_id  # never ran (cancelled in the queue)
+                or not last.mars.control.stopped):  # ended on its own: its last update is the final one
             return (*(gr.skip(),) * 8, gr.update(interactive=False))
         return (*self._render(last, True), gr.update(interactive=False))
 

@@ -58,3 +58,21 @@ def test_generation_ends_are_named(pg, pair):
     small = Tabs(app.build_app(*pair, max_seconds=0.0))
     last = run_ui(small, tau=1.0, max_new=200)[-1]
     assert kind_of(last["status"]) == "stopped" and "120" not in last["status"] and "0 s limit" in last["status"]
+
+
+def test_after_a_run_the_final_panels_are_resent_only_after_a_stop(pg):
+    from app_fixtures import OUT, PROMPT
+    from playground.duel import AR_SIDES
+    from playground.session import Session
+
+    session = Session()
+    pg.playground.arm(session)
+    list(pg.playground.page_generate(PROMPT, 0.9, 4, "probability", 0.0, 0, 8, "sliding", AR_SIDES[0], 0, session))
+    out = pg.playground.after_run(session)
+    assert all(isinstance(x, type(gr.skip())) for x in out[:-1])  # ended on its own: nothing sent twice
+    pg.playground.arm(session)
+    gen = pg.playground.page_generate(PROMPT, 1.0, 4, "probability", 0.0, 0, 200, "sliding", AR_SIDES[0], 0, session)
+    next(gen)  # running; then Gradio cancels it before Stop's handler ran
+    out = dict(zip(OUT, pg.playground.after_run(session)))
+    assert kind_of(out["status"]) == "stopped" and 'data-status="stopped"' in out["mars"]
+    gen.close()
