@@ -27,6 +27,10 @@ def _summary(folder: str | None) -> dict | None:
     return _read(os.path.join(folder, "summary.json")) if folder else None
 
 
+def _threads(n) -> str:
+    return "both threads" if n == 2 else f"{n} thread" + ("s" if n != 1 else "") if n else "the threads"
+
+
 def _tau(setting: str) -> float | None:
     return float(setting[len("mars-"):]) if setting.startswith("mars-") else None
 
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     body = [intro, "",
             "## Training (measured)", "",
             f"{last.get('step', '?')} optimizer steps of {targs.get('accum', '?')} examples, "
-            f"{last.get('minutes', '?')} training minutes on 1 thread of a 2-core AVX2 CPU; top "
+            f"{last.get('minutes', '?')} training minutes on {_threads(targs.get('threads'))} of a 2-core AVX2 CPU; top "
             f"{targs.get('train_layers', '?')} layers train, lr {targs.get('lr', '?')} (cosine), ar_weight "
             f"{targs.get('ar_weight', '?')}, block size {targs.get('block_size', '?')}, max distance "
             f"{targs.get('max_distance', '-')}. Final loss (mean of the last 10 steps): noisy "
