@@ -201,6 +201,30 @@ def _copy_described(delta_folder: Path, out: Path) -> None:
             shutil.copy(f, out / f.name)
 
 
+ROW_SCALE = ".row_scale"  # an int8 matrix KEY of a delta comes with KEY.row_scale, fp32, one per row
+
+
+def delta_tensors(stored: dict[str, torch.Tensor], file_name: str = "delta.safetensors") -> dict[str, torch.Tensor]:
+    """{key: fp32 delta} from a delta file's tensors: bf16 (or fp32) as they are, an int8 matrix
+    times its per-row scale (the form `training.delta` writes, half the size of bf16)."""
+    import torch
+
+    out = {}
+    for key, t in stored.items():
+        if key.endswith(ROW_SCALE):
+            if key[: -len(ROW_SCALE)] not in stored:
+                raise ValueError(f"{file_name} has a scale {key!r} without its matrix")
+            continue
+        if t.dtype == torch.int8:
+            scale = stored.get(key + ROW_SCALE)
+            if t.dim() != 2 or scale is None or scale.shape != (t.shape[0],):
+                raise ValueError(f"{file_name}: the int8 tensor {key!r} needs {key + ROW_SCALE!r}, one scale per row")
+            out[key] = t.float() * scale.float()[:, None]
+        else:
+            out[key] = t.float()
+    return out
+
+
 def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None = None) -> Path:
     """base + delta: every tensor of `delta_folder/delta.safetensors` is added to the base's tensor
     of that name (in fp32), the rest is the base's. Remade whenever the delta file changes; the
@@ -219,10 +243,10 @@ def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None 
     except (OSError, ValueError):
         pass
     weights = load_file(base / "model.safetensors")
-    for key, d in load_file(delta_file).items():
+    for key, d in delta_tensors(load_file(delta_file), delta_file.name).items():
         if key not in weights or weights[key].shape != d.shape:
             raise ValueError(f"{delta_file.name} has a tensor {key!r} that the base {base.name} does not have in that shape")
-        weights[key] = weights[key] + d.float()
+        weights[key] = weights[key] + d
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     os.chmod(tmp, 0o755)

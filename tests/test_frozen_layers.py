@@ -135,8 +135,31 @@ def test_delta_holds_what_moved_in_bf16():
 
     base = {"a": torch.ones(4, 4), "b": torch.zeros(3)}
     trained = {"a": torch.ones(4, 4) + torch.linspace(-0.01, 0.01, 16).reshape(4, 4), "b": torch.zeros(3)}
-    delta = make_delta(trained, base)
+    delta = make_delta(trained, base, "bf16")
     assert list(delta) == ["a"] and delta["a"].dtype == torch.bfloat16  # "b" did not move
     torch.testing.assert_close(base["a"] + delta["a"].float(), trained["a"], rtol=0, atol=1e-4)
     with pytest.raises(ValueError, match="does not"):
         make_delta({"c": torch.ones(1)}, base)
+
+
+def test_int8_delta_rows_and_their_scales():
+    from mars_core.packaged import delta_tensors
+    from training.delta import make_delta
+
+    base = {"w": torch.zeros(2, 3), "n": torch.ones(3), "z": torch.zeros(2, 2)}
+    # row 0's largest |value| is 1.27, so its step is 0.01; row 1 is all zero (a scale of 0, no NaN)
+    trained = {"w": torch.tensor([[1.27, -0.5, 0.004], [0.0, 0.0, 0.0]]), "n": torch.tensor([1.0, 1.5, 1.0]),
+               "z": torch.tensor([[0.0, 0.0], [0.0, -2.54]])}
+    delta = make_delta(trained, base)
+    assert delta["w"].dtype == torch.int8 and delta["w"].tolist() == [[127, -50, 0], [0, 0, 0]]
+    torch.testing.assert_close(delta["w.row_scale"], torch.tensor([0.01, 0.0]))
+    assert delta["z"].tolist() == [[0, 0], [0, -127]] and delta["n"].dtype == torch.bfloat16  # a vector stays bf16
+    back = delta_tensors(delta)
+    assert sorted(back) == ["n", "w", "z"]
+    torch.testing.assert_close(back["w"], torch.tensor([[1.27, -0.5, 0.0], [0.0, 0.0, 0.0]]))
+    torch.testing.assert_close(back["z"], trained["z"])
+    torch.testing.assert_close(back["n"], torch.tensor([0.0, 0.5, 0.0]))
+    with pytest.raises(ValueError, match="row_scale"):
+        delta_tensors({"w": delta["w"]})  # an int8 matrix without its scales
+    with pytest.raises(ValueError, match="without its matrix"):
+        delta_tensors({"w.row_scale": delta["w.row_scale"]})

@@ -133,6 +133,10 @@ def test_a_derived_name_is_the_base_plus_its_delta(tiny_registry, tmp_path, monk
     assert (made / "README.md").read_text() == "a new card" and (made / "eval.json").is_file()
     save_file({key: delta * 2}, folder / "delta.safetensors")  # a new delta is picked up
     torch.testing.assert_close(load_model("tiny-derived")[0].state_dict()[key], base.state_dict()[key] + 0.5)
+    rows = base.state_dict()[key].shape[0]  # the int8 form training.delta writes: 0.5 = 127 steps of 0.5/127
+    save_file({key: torch.full_like(base.state_dict()[key], 127, dtype=torch.int8),
+               key + ".row_scale": torch.full((rows,), 0.5 / 127)}, folder / "delta.safetensors")
+    torch.testing.assert_close(load_model("tiny-derived")[0].state_dict()[key], base.state_dict()[key] + 0.5)
 
 
 def test_a_derived_name_without_its_delta_says_so(tiny_registry, tmp_path, monkeypatch):
