@@ -28,7 +28,10 @@ def _summary(folder: str | None) -> dict | None:
 
 
 def _threads(n) -> str:
-    return "both threads" if n == 2 else f"{n} thread" + ("s" if n != 1 else "") if n else "the threads"
+    """How the card names the training run's `--threads` (None: the run did not record it)."""
+    if n is None:
+        return "the threads"
+    return "both threads" if n == 2 else "1 thread" if n == 1 else f"{n} threads"
 
 
 def _tau(setting: str) -> float | None:

@@ -1,4 +1,4 @@
-"""A training snapshot's layers as the bf16 delta the repository carries (assets/models/<name>/).
+"""A training snapshot's layers as the delta the repository carries (assets/models/<name>/).
 
 The delta (trained - base) is small next to the weights. Its matrices are stored as int8 with one
 fp32 scale per row (`KEY` and `KEY.row_scale`: the row's largest |value| / 127, so the error is at
