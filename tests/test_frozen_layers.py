@@ -130,6 +130,27 @@ def test_an_interrupted_stage_resumes_to_the_same_weights(tmp_path, tiny_model_d
     assert all(k.startswith("model.layers.1.") for k in once["layers"])
 
 
+def test_a_stage_can_start_from_another_runs_layers(tmp_path, tiny_model_dir, tokenizer):
+    from training.frozen_stage import main
+
+    data = tmp_path / "d.jsonl"
+    _distill_file(data, tokenizer)
+    common = ["--base", tiny_model_dir, "--data", str(data), "--accum", "2", "--epochs", "1", "--warmup", "1"]
+    assert main(common + ["--out", str(tmp_path / "a"), "--train-layers", "1", "--lr", "1e-3"]) == 0
+    a = torch.load(tmp_path / "a" / "latest.pt")
+    # lr 0: the one step moves nothing, so the new run's layers are exactly the ones it started from
+    init = ["--init", str(tmp_path / "a" / "latest.pt")]
+    assert main(common + init + ["--out", str(tmp_path / "b"), "--train-layers", "1", "--lr", "0", "--max-steps", "1"]) == 0
+    b = torch.load(tmp_path / "b" / "latest.pt")
+    assert b["state"]["step"] == 1  # a fresh schedule, not a's step 3
+    assert b["state"]["minutes"] >= a["state"]["minutes"]  # the clock continues a's
+    for key, value in a["layers"].items():
+        torch.testing.assert_close(b["layers"][key], value, rtol=0, atol=0)
+    # layers of another split are refused with a message, not loaded half
+    assert main(common + init + ["--out", str(tmp_path / "c"), "--train-layers", "2"]) == 2
+    assert not os.path.exists(tmp_path / "c" / "latest.pt")
+
+
 def test_delta_holds_what_moved_in_bf16():
     from training.delta import make_delta
 

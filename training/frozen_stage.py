@@ -78,7 +78,7 @@ class LowerCache:
 
 def save_snapshot(out: str, model, split: int, optimizer, state: dict) -> None:
     """The trained layers (fp32), the optimizer and the loop state, written atomically."""
-    layers = {k: v for k, v in model.state_dict().items() if _layer_index(k) is not None and _layer_index(k) >= split}
+    layers = _upper_layers(model, split)
     tmp = os.path.join(out, "latest.pt.tmp")
     torch.save({"layers": layers, "optimizer": optimizer.state_dict(), "state": state}, tmp)
     os.replace(tmp, os.path.join(out, "latest.pt"))
@@ -88,9 +88,28 @@ def save_snapshot(out: str, model, split: int, optimizer, state: dict) -> None:
     os.replace(snap + ".tmp", snap)
 
 
+def _upper_layers(model, split: int) -> dict:
+    return {k: v for k, v in model.state_dict().items() if _layer_index(k) is not None and _layer_index(k) >= split}
+
+
 def _layer_index(key: str) -> int | None:
     parts = key.split(".")
     return int(parts[2]) if parts[:2] == ["model", "layers"] else None
+
+
+def start_from(model, split: int, path: str) -> float:
+    """Load another run's trained layers (its latest.pt or a snapshot) as this run's start, with a fresh
+    optimizer and schedule. Returns that run's training minutes, which this run's clock continues, so
+    a curve against minutes counts all the CPU time since the base."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--init {path}: no such file (give a run's latest.pt or one of its snapshots)")
+    saved = torch.load(path)
+    if set(saved["layers"]) != set(_upper_layers(model, split)):
+        first = min(_layer_index(k) for k in saved["layers"])
+        raise ValueError(f"--init {path} trained layers {first}.. of the model; this run trains {split}.. "
+                         "(give the same --train-layers)")
+    model.load_state_dict(saved["layers"], strict=False)
+    return float(saved["state"]["minutes"])
 
 
 def train(args) -> None:
@@ -111,6 +130,8 @@ def train(args) -> None:
         optimizer.load_state_dict(saved["optimizer"])
         state.update({k: saved["state"][k] for k in ("step", "seen", "minutes", "epoch")})
         print(f"resumed at step {state['step']} ({state['minutes']:.1f} min)", flush=True)
+    elif args.init:
+        state["minutes"] = start_from(model, split, args.init)
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "args.json"), vars(args))
     cache = LowerCache(model, split, args.block_size, tokenizer.mask_token_id, args.lower or os.path.join(args.out, "lower"))
@@ -163,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", default="smollm2-135m-instruct")
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--init", default=None,
+                   help="start from another run's trained layers (a latest.pt or snapshot), fresh optimizer and schedule; "
+                        "a run that already has OUT/latest.pt resumes instead")
     p.add_argument("--first", type=int, default=None, help="train on the data file's first N records")
     p.add_argument("--train-layers", type=int, default=6)
     p.add_argument("--block-size", type=int, default=4)
