@@ -1,7 +1,7 @@
 """The training curve: tokens per forward of each snapshot of a MARS stage against training minutes.
 
-Every `--every`-th snapshot of `RUN/snapshots/` (and the untrained base, minute 0) decodes the
-same held-out prompts with `benchmarks.real_eval`; results go to `RUN/curve/` (resumable, like
+Every `--every`-th snapshot of `RUN/snapshots/` (and the untrained base, minute 0; or, for a run
+started from another run's layers, that run's curve up to the start) decodes the same held-out prompts with `benchmarks.real_eval`; results go to `RUN/curve/` (resumable, like
 real_eval) and `RUN/curve/curve.json`.
 
     python -m benchmarks.curve runs/smollm2-mars-lr1e-4 --prompts data/smollm2/dev_prompts.jsonl 
@@ -25,6 +25,23 @@ def snapshots(run: str, every: int) -> list[str]:
     return [os.path.join(run, "snapshots", n) for n in picked]
 
 
+def earlier_points(run: str) -> list[dict] | None:
+    """A run started from another run's layers (`frozen_stage --init`) continues that run's curve:
+    its points up to the start, named after it. None for a run that started from the base."""
+    path = os.path.join(run, "args.json")
+    init = json.load(open(path, encoding="utf-8")).get("init") if os.path.isfile(path) else None
+    if not init:
+        return None
+    folder = os.path.dirname(init)
+    if os.path.basename(folder) == "snapshots":
+        folder = os.path.dirname(folder)
+    start = torch.load(init)["state"]["minutes"]
+    with open(os.path.join(folder, "curve", "curve.json"), encoding="utf-8") as f:
+        prior = json.load(f)
+    name = os.path.basename(os.path.normpath(folder))
+    return [{**pt, "snapshot": f"{name} {pt['snapshot']}"} for pt in prior if pt["minutes"] <= start + 0.05]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("run")
@@ -40,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--model", args.base, "--prompts", args.prompts, "--limit", str(args.limit), "--taus", args.taus,
               "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size)]
     common += ["--threads", str(args.threads)] if args.threads else []
-    points = []
-    for snap in [None] + snapshots(args.run, args.every):
+    points = earlier_points(args.run)
+    first = [] if points else [None]
+    points = points or []
+    for snap in first + snapshots(args.run, args.every):
         name = "base" if snap is None else os.path.basename(snap)[:-3]
         out = os.path.join(args.run, "curve", name)
         if real_eval(common + ["--out", out] + ([] if snap is None else ["--layers", snap])) != 0:
