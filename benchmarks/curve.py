@@ -29,7 +29,10 @@ def earlier_points(run: str) -> list[dict] | None:
     """A run started from another run's layers (`frozen_stage --init`) continues that run's curve:
     its points up to the start, named after it. None for a run that started from the base."""
     path = os.path.join(run, "args.json")
-    init = json.load(open(path, encoding="utf-8")).get("init") if os.path.isfile(path) else None
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        init = json.load(f).get("init")
     if not init:
         return None
     folder = os.path.dirname(init)
