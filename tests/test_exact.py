@@ -1,5 +1,6 @@
 """Lossless MARS and MARS x speculative decoding: token for token AR, reference vs cursor, rows alone."""
 import random
+import weakref
 
 import pytest
 import torch
@@ -14,14 +15,16 @@ from test_cursor import BATCH
 from test_decoders import hf_greedy
 
 EXACT = ["none", "cursor"]
-_AR: dict = {}
+# Keyed by the model object, weakly: a model's id() is reused by the next one allocated after it is
+# freed, and a stale entry would hand one model the other's AR output (seen in CI as 12 failures).
+_AR = weakref.WeakKeyDictionary()  # model -> its greedy outputs of BATCH
 
 
 def ar_batch(model, tokenizer, n=24):
     """Greedy `model.generate` of every BATCH prompt (computed once per model)."""
-    if id(model) not in _AR:
-        _AR[id(model)] = [hf_greedy(model, tokenizer, p, 40) for p in BATCH]
-    return [t[:n] for t in _AR[id(model)]]
+    if model not in _AR:
+        _AR[model] = [hf_greedy(model, tokenizer, p, 40) for p in BATCH]
+    return [t[:n] for t in _AR[model]]
 
 
 @pytest.fixture(scope="module")
