@@ -5,6 +5,8 @@ lower-layer output is computed once and kept (memory and `OUT/lower/`), so later
 the trained layers (`training.frozen_layers`). The run stops after `--minutes` (a stage of the
 build) and saves a snapshot of the trained layers every `--snapshot-minutes`; run the same command
 again to resume from the last snapshot, with the optimizer and the data order where they were.
+`--init OTHER/latest.pt` starts instead from another run's trained layers (same `--train-layers`)
+with a fresh optimizer and schedule: a run continued on more data.
 
     python -m training.frozen_stage --data data/smollm2/distill.jsonl --out runs/smollm2-mars \
         --train-layers 6 --lr 1e-4 --minutes 60
