@@ -38,8 +38,11 @@ def earlier_points(run: str) -> list[dict] | None:
     folder = os.path.dirname(init)
     if os.path.basename(folder) == "snapshots":
         folder = os.path.dirname(folder)
+    prior_curve = os.path.join(folder, "curve", "curve.json")
+    if not os.path.isfile(prior_curve):
+        raise ValueError(f"{run} continues {folder}, whose curve is not measured: run benchmarks.curve on {folder} first")
     start = torch.load(init)["state"]["minutes"]
-    with open(os.path.join(folder, "curve", "curve.json"), encoding="utf-8") as f:
+    with open(prior_curve, encoding="utf-8") as f:
         prior = json.load(f)
     name = os.path.basename(os.path.normpath(folder))
     return [{**pt, "snapshot": f"{name} {pt['snapshot']}"} for pt in prior if pt["minutes"] <= start + 0.05]
@@ -60,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--model", args.base, "--prompts", args.prompts, "--limit", str(args.limit), "--taus", args.taus,
               "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size)]
     common += ["--threads", str(args.threads)] if args.threads else []
-    points = earlier_points(args.run)
+    try:
+        points = earlier_points(args.run)
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
     first = [] if points else [None]
     points = points or []
     for snap in first + snapshots(args.run, args.every):

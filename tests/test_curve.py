@@ -1,5 +1,6 @@
 import json
 
+import pytest
 import torch
 
 from benchmarks.curve import earlier_points
@@ -8,6 +9,11 @@ from benchmarks.curve import earlier_points
 def test_a_continued_run_starts_from_the_earlier_runs_curve(tmp_path):
     prior = tmp_path / "v2"
     (prior / "curve").mkdir(parents=True)
+    run = tmp_path / "v3"
+    run.mkdir()
+    (run / "args.json").write_text(json.dumps({"init": str(prior / "latest.pt")}))
+    with pytest.raises(ValueError, match="curve is not measured"):
+        earlier_points(str(run))
     points = [{"snapshot": "base", "minutes": 0.0, "lossless": 1.04},
               {"snapshot": "step000100", "minutes": 10.0, "lossless": 1.3},
               {"snapshot": "step000200", "minutes": 20.0, "lossless": 1.4}]
@@ -16,8 +22,7 @@ def test_a_continued_run_starts_from_the_earlier_runs_curve(tmp_path):
     torch.save({"state": {"minutes": 10.0}}, prior / "snapshots" / "step000100.pt")
     torch.save({"state": {"minutes": 20.0}}, prior / "latest.pt")
 
-    run = tmp_path / "v3"
-    run.mkdir()
+    (run / "args.json").unlink()
     assert earlier_points(str(run)) is None  # no args.json: a run from the base
     (run / "args.json").write_text(json.dumps({"init": None}))
     assert earlier_points(str(run)) is None
