@@ -1,8 +1,9 @@
 """The training curve: tokens per forward of each snapshot of a MARS stage against training minutes.
 
-Every `--every`-th snapshot of `RUN/snapshots/` (and the untrained base, minute 0; or, for a run
-started from another run's layers, that run's curve up to the start) decodes the same held-out prompts with `benchmarks.real_eval`; results go to `RUN/curve/` (resumable, like
-real_eval) and `RUN/curve/curve.json`.
+Every `--every`-th snapshot of `RUN/snapshots/` (and the untrained base, minute 0) decodes the
+same held-out prompts with `benchmarks.real_eval`; results go to `RUN/curve/` (resumable, like
+real_eval) and `RUN/curve/curve.json`. A run started from another run's layers
+(`frozen_stage --init`) begins with that run's points up to its start instead of the base.
 
     python -m benchmarks.curve runs/smollm2-mars-lr1e-4 --prompts data/smollm2/dev_prompts.jsonl 
 """
@@ -64,13 +65,12 @@ def main(argv: list[str] | None = None) -> int:
               "--max-new-tokens", str(args.max_new_tokens), "--batch-size", str(args.batch_size)]
     common += ["--threads", str(args.threads)] if args.threads else []
     try:
-        points = earlier_points(args.run)
+        earlier = earlier_points(args.run)
     except ValueError as e:
         print(f"error: {e}")
         return 2
-    first = [] if points else [None]
-    points = points or []
-    for snap in first + snapshots(args.run, args.every):
+    points = earlier or []
+    for snap in ([] if earlier else [None]) + snapshots(args.run, args.every):
         name = "base" if snap is None else os.path.basename(snap)[:-3]
         out = os.path.join(args.run, "curve", name)
         if real_eval(common + ["--out", out] + ([] if snap is None else ["--layers", snap])) != 0:
