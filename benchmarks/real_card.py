@@ -38,12 +38,17 @@ def _tau(setting: str) -> float | None:
     return float(setting[len("mars-"):]) if setting.startswith("mars-") else None
 
 
-def frontier(known: dict | None, known_base: dict | None, spec: dict | None, model: str) -> dict | None:
+def frontier(known: dict | None, known_base: dict | None, spec: dict | None, model: str,
+             spec_base: dict | None = None) -> dict | None:
     """eval.json: accuracy against tokens per forward for each setting (known answers and
-    GSM8K-style math_reasoning pooled), in the runs format `training.evaluate` writes."""
+    GSM8K-style math_reasoning pooled), in the runs format `training.evaluate` writes. The base's
+    point pools the same sets as the fine-tune's, or math_reasoning stays out of every point."""
     # math_reasoning joins only when enough of it was decoded to be an accuracy
-    sets = [(known, "known-answers")] + ([(spec, "math_reasoning")] if spec and all(
-        v.get("math_reasoning", {}).get("n", 0) >= 20 for v in spec.values()) else [])
+    math = bool(spec) and all(v.get("math_reasoning", {}).get("n", 0) >= 20 for v in spec.values())
+    if known_base and math and not (spec_base or {}).get("ar", {}).get("math_reasoning"):
+        math = False  # a base point of known answers only against MARS points with math would mislead
+    sets = [(known, "known-answers")] + ([(spec, "math_reasoning")] if math else [])
+    base_sets = [(known_base, "known-answers")] + ([(spec_base, "math_reasoning")] if math else [])
     runs = []
 
     def pooled(summary_sets, setting):
@@ -56,7 +61,7 @@ def frontier(known: dict | None, known_base: dict | None, spec: dict | None, mod
                 "tokens_per_forward": round(sum(g["tokens_per_forward"] * g["n"] for g in got) / n, 3)}
 
     if known_base and "ar" in known_base:
-        p = pooled([(known_base, "known-answers")], "ar")
+        p = pooled(base_sets, "ar")
         if p:
             runs.append({"model": "smollm2-135m-instruct", "mode": "ar", "tau": 1.0, "block_size": 1,
                          "tokens_per_second": None, **p})
@@ -117,7 +122,7 @@ def divergence_line(summary: dict | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="the training run (args.json, log.jsonl, curve/curve.json)")
-    for name in ("self-instruct", "spec-bench", "known", "known-base"):
+    for name in ("self-instruct", "spec-bench", "spec-bench-base", "known", "known-base"):
         p.add_argument(f"--{name}", default=None, help="a benchmarks.real_eval output folder")
     p.add_argument("--intro", required=True, help="a markdown file: the card's prose (what, how, limits)")
     p.add_argument("--out", required=True)
@@ -127,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     curve = _read(os.path.join(args.run, "curve", "curve.json"))
     si, sb = _summary(args.self_instruct), _summary(args.spec_bench)
     known, known_base = _summary(args.known), _summary(args.known_base)
+    sb_base = _summary(args.spec_bench_base)  # the base's AR on (some of) Spec-Bench: its math accuracy
     with open(args.intro, encoding="utf-8") as f:
         intro = f.read().strip()
     last = log[-1] if log else {}
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
              "correct when the answer appears as a word or a stand-alone number):", "",
              accuracy_table(known, "known-answers", known_base), "",
              "GSM8K-style `math_reasoning` of Spec-Bench (correct when the output's last number is the reference's):",
-             "", accuracy_table(sb, "math_reasoning"), ""]
+             "", accuracy_table(sb, "math_reasoning", sb_base), ""]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "README.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(body).rstrip() + "\n")
@@ -169,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
               "steps": last.get("step"), "minutes": last.get("minutes")}
     with open(os.path.join(args.out, "training_config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
-    result = frontier(known, known_base, sb, os.path.basename(os.path.normpath(args.out)))
+    result = frontier(known, known_base, sb, os.path.basename(os.path.normpath(args.out)), sb_base)
     if result:
         with open(os.path.join(args.out, "eval.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

@@ -1,0 +1,48 @@
+"""The real model's card is written from measured summaries: the base's own math accuracy sits
+beside the fine-tune's, and the frontier's base point pools the same prompt sets as the rest."""
+import json
+
+from benchmarks import real_card
+
+
+def _summary(folder, summary):
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return str(folder)
+
+
+def _cell(n, acc, tpf=1.0, identical=None):
+    return {"n": n, "accuracy": acc, "tokens_per_forward": tpf, "identical": identical, "first_difference": None}
+
+
+def test_the_card_puts_the_base_beside_the_fine_tune_on_math(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "args.json").write_text(json.dumps({"accum": 8, "threads": 2, "train_layers": 6}))
+    (run / "log.jsonl").write_text(json.dumps({"step": 3, "minutes": 1.0, "noisy": 2.0, "clean": 0.2}) + "\n")
+    intro = tmp_path / "intro.md"
+    intro.write_text("# card")
+    known = _summary(tmp_path / "known", {"ar": {"known-answers": _cell(40, 0.7)},
+                                          "mars-0.95": {"known-answers": _cell(40, 0.6, 1.1, 0.7)}})
+    known_base = _summary(tmp_path / "known-base", {"ar": {"known-answers": _cell(40, 0.5)}})
+    sb = _summary(tmp_path / "sb", {"ar": {"math_reasoning": _cell(80, 0.3), "overall": _cell(80, 0.3)},
+                                    "mars-0.95": {"math_reasoning": _cell(80, 0.2, 1.2, 0.5),
+                                                  "overall": _cell(80, 0.2, 1.2, 0.5)}})
+    sb_base = _summary(tmp_path / "sb-base", {"ar": {"math_reasoning": _cell(80, 0.1)}})
+    out = tmp_path / "card"
+    assert real_card.main(["--run", str(run), "--intro", str(intro), "--out", str(out), "--known", known,
+                           "--known-base", known_base, "--spec-bench", sb, "--spec-bench-base", sb_base]) == 0
+    card = (out / "README.md").read_text()
+    math = card[card.index("math_reasoning` of Spec-Bench"):]
+    assert "| base | AR | 80 | 10.0% |" in math and "| MARS fine-tune | mars-0.95 | 80 | 20.0% |" in math
+    runs = {r["model"] + "/" + str(r["tau"]): r for r in json.loads((out / "eval.json").read_text())["runs"]}
+    base = runs["smollm2-135m-instruct/1.0"]
+    assert base["n"] == 120 and abs(base["accuracy"] - (0.5 * 40 + 0.1 * 80) / 120) < 1e-4
+    assert runs["card/0.95"]["n"] == 120
+
+
+def test_without_the_bases_math_the_frontier_leaves_math_out_of_every_point():
+    known = {"ar": {"known-answers": _cell(40, 0.7)}}
+    sb = {"ar": {"math_reasoning": _cell(80, 0.3)}}
+    result = real_card.frontier(known, {"ar": {"known-answers": _cell(40, 0.5)}}, sb, "m")
+    assert result["split"] == "known-answers" and all(r["n"] == 40 for r in result["runs"])
