@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 
-from benchmarks.real_eval import table
+from benchmarks.real_eval import tau_of, table
 
 def _read(path: str | None):
     if not path or not os.path.isfile(path):
@@ -32,10 +32,6 @@ def _threads(n) -> str:
     if n is None:
         return "the threads"
     return "both threads" if n == 2 else "1 thread" if n == 1 else f"{n} threads"
-
-
-def _tau(setting: str) -> float | None:
-    return float(setting[len("mars-"):]) if setting.startswith("mars-") else None
 
 
 def frontier(known: dict | None, known_base: dict | None, spec: dict | None, model: str,
@@ -70,7 +66,7 @@ def frontier(known: dict | None, known_base: dict | None, spec: dict | None, mod
         if p is None:
             continue
         mode = "ar" if setting == "ar" else "lossless" if setting == "lossless" else "mars"
-        runs.append({"model": f"{model} (lossless)" if mode == "lossless" else model, "mode": mode, "tau": _tau(setting) if mode == "mars" else 1.0,
+        runs.append({"model": f"{model} (lossless)" if mode == "lossless" else model, "mode": mode, "tau": tau_of(setting) if mode == "mars" else 1.0,
                      "block_size": 1 if mode == "ar" else 4, "tokens_per_second": None, **p})
     if not runs:
         return None

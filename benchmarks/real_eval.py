@@ -167,9 +167,14 @@ def summarise(out_path: str) -> dict:
     return dict(summary)
 
 
+def tau_of(setting: str) -> float | None:
+    return float(setting[len("mars-"):]) if setting.startswith("mars-") else None
+
+
 def table(summary: dict) -> str:
     """A markdown table: rows = categories, columns = settings (T/F, identical share)."""
-    names = list(summary)
+    # AR, MARS from the highest tau down, then lossless: a sweep run in stages keeps that order
+    names = sorted(summary, key=lambda s: (s != "ar", s == "lossless", -(tau_of(s) or 0.0)))
     cats = sorted({c for s in summary.values() for c in s if c != "overall"}) + ["overall"]
     lines = ["| category | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for c in cats:

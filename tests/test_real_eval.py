@@ -55,6 +55,13 @@ def test_summary_per_category_against_ar(tmp_path):
     assert "| math | 0.67 | 2.00 (0%) |" in table(s)
 
 
+def test_the_table_orders_settings_by_tau_whatever_order_they_ran_in():
+    cell = {"overall": {"n": 1, "tokens_per_forward": 1.0, "identical": 1.0, "first_difference": None}}
+    ran = ["mars-0.95", "ar", "lossless", "mars-0.8", "mars-1"]  # a sweep run in two stages
+    header = table({s: cell for s in ran}).splitlines()[0]
+    assert header == "| category | ar | mars-1 | mars-0.95 | mars-0.8 | lossless |"
+
+
 def test_per_category_keeps_the_first_n_of_each_category_in_file_order(tmp_path):
     cats = ["a", "a", "a", "b", "a", "b", "b", "c"]
     _write(tmp_path / "sb.jsonl", [{"question_id": i, "category": c, "turns": [f"Q{i}"]} for i, c in enumerate(cats)])
