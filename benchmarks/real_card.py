@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 
-from benchmarks.real_eval import tau_of, table
+from benchmarks.real_eval import ordered, tau_of, table
 
 def _read(path: str | None):
     if not path or not os.path.isfile(path):
@@ -96,8 +96,8 @@ def accuracy_table(summary: dict | None, category: str, base: dict | None = None
     if base and "ar" in base and category in base["ar"]:
         m = base["ar"][category]
         lines.append(f"| base | AR | {m['n']} | {m['accuracy']:.1%} | {m['tokens_per_forward']:.2f} | - |")
-    for s, cats in summary.items():
-        m = cats.get(category)
+    for s in ordered(summary):
+        m = summary[s].get(category)
         if m and "accuracy" in m:
             same = "-" if s == "ar" or m["identical"] is None else f"{m['identical']:.0%}"
             lines.append(f"| MARS fine-tune | {s} | {m['n']} | {m['accuracy']:.1%} | {m['tokens_per_forward']:.2f} | {same} |")
@@ -109,8 +109,8 @@ def accuracy_table(summary: dict | None, category: str, base: dict | None = None
 def divergence_line(summary: dict | None) -> str:
     if not summary:
         return ""
-    parts = [f"{s}: {v['overall']['first_difference']}" for s, v in summary.items()
-             if s != "ar" and v["overall"].get("first_difference") is not None]
+    parts = [f"{s}: {summary[s]['overall']['first_difference']}" for s in ordered(summary)
+             if s != "ar" and summary[s]["overall"].get("first_difference") is not None]
     return ("Mean position of the first token that differs from AR, among outputs that differ: "
             + ", ".join(parts) + ".") if parts else ""
 

@@ -171,10 +171,15 @@ def tau_of(setting: str) -> float | None:
     return float(setting[len("mars-"):]) if setting.startswith("mars-") else None
 
 
+def ordered(summary: dict) -> list[str]:
+    """The settings as AR, MARS from the highest tau down, then lossless, whatever order a sweep
+    run in stages wrote them in."""
+    return sorted(summary, key=lambda s: (s != "ar", s == "lossless", -(tau_of(s) or 0.0)))
+
+
 def table(summary: dict) -> str:
     """A markdown table: rows = categories, columns = settings (T/F, identical share)."""
-    # AR, MARS from the highest tau down, then lossless: a sweep run in stages keeps that order
-    names = sorted(summary, key=lambda s: (s != "ar", s == "lossless", -(tau_of(s) or 0.0)))
+    names = ordered(summary)
     cats = sorted({c for s in summary.values() for c in s if c != "overall"}) + ["overall"]
     lines = ["| category | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for c in cats:
