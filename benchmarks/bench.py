@@ -4,10 +4,11 @@
     python -m benchmarks.bench --ar-model A --mars-model M --batch-sizes 1,8 --taus 0.95,0.8 --output out/
 
 Every method decodes the same prompts (default: held-out synthetic problems) with the same
-`max_new_tokens`, greedy. Methods are timed in one process, after a warm-up, interleaved: each
-repetition runs every method once, in a rotated order, so that a drift of the machine (another
-job, thermal throttling) hits all of them alike. The reported wall-clock is the median over the
-repetitions. Counts exclude prompt tokens and EOS.
+`max_new_tokens`, greedy. Methods are timed in one process, after a warm-up, interleaved chunk by
+chunk: in each repetition every batch of prompts is decoded by every method in turn, in an order
+that rotates, so that a drift of the machine (another job, throttling, a shared VM's neighbours)
+hits all of them alike. The reported wall-clock is the median over the repetitions. Counts
+exclude prompt tokens and EOS.
 
 The methods are registered in methods.py; `--help` lists them. Speed-up is tokens/s over the
 AR-with-KV-cache baseline: the fastest of the rows marked `baseline` there, at the same batch

@@ -1,8 +1,12 @@
 """Measurement: every method on the same prompts, warmed up, timed in interleaved repetitions, scored.
 
-Each repetition runs every method once, in a rotated order, so that a drift of the machine
-(another job, thermal throttling) hits all of them alike; the reported wall-clock is the median
-over the repetitions. Counts exclude prompt tokens and EOS.
+Interleaved at the finest grain that keeps a method's own batching: in each repetition, every
+chunk of prompts (one batch) is decoded by every method in turn, the order rotating from chunk to
+chunk and repetition to repetition, and a method's time is the sum over its chunks. A drift of the
+machine slower than one chunk (another job, throttling, a noisy neighbour of a shared VM, whose
+speed moved up to 2x within a minute here: docs/exact.md) then hits every method alike; run by
+run, it did not. The reported wall-clock is the median over the repetitions. Counts exclude prompt
+tokens and EOS.
 """
 from __future__ import annotations
 
@@ -28,18 +32,31 @@ DEFAULT_DRAFT = "assets/models/tiny-draft"  # the bundled small draft (training.
 
 def run_all(method: Method, model, tok, ids: list[list[int]], batch_size: int, tau: float, args):
     """Every prompt, in chunks of `batch_size`; returns a measurement dict."""
+    total = _empty()
+    for i in range(0, len(ids), batch_size):
+        _add(total, run_chunk(method, model, tok, ids[i:i + batch_size], tau, args))
+    return total
+
+
+def run_chunk(method: Method, model, tok, chunk: list[list[int]], tau: float, args) -> dict:
+    """One batch of prompts, timed; a measurement dict."""
     counter = CallCounter(model, hook=not method.compile)
     try:
         t0 = time.perf_counter()
-        tokens, row_forwards = [], 0
-        for i in range(0, len(ids), batch_size):
-            got, rf = method.run(method, model, tok, ids[i:i + batch_size], tau, args, counter)
-            tokens += got
-            row_forwards += rf
+        tokens, row_forwards = method.run(method, model, tok, chunk, tau, args, counter)
         seconds = time.perf_counter() - t0
     finally:
         counter.remove()
-    return {"seconds": seconds, "ids": tokens, "row_forwards": row_forwards, "calls": counter.n}
+    return {"seconds": seconds, "ids": list(tokens), "row_forwards": row_forwards, "calls": counter.n}
+
+
+def _empty() -> dict:
+    return {"seconds": 0.0, "ids": [], "row_forwards": 0, "calls": 0}
+
+
+def _add(total: dict, part: dict) -> None:
+    for k in total:
+        total[k] += part[k]
 
 
 def _reason(e: Exception) -> str:
@@ -140,18 +157,25 @@ def _measure_batch(runs, models, ids, bs: int, args) -> dict:
         with _GraphCount(m, "graphs_warmup"):
             _attempt(m, lambda: run_all(m, model, tok, warm, bs, tau or 0.0, args))
     measured = {(m.name, tau): [] for m, tau in runs}
+    n = len(next(iter(ids.values())))
     for rep in range(args.repeats):
         print(f"[bench] batch {bs}: repetition {rep + 1}/{args.repeats} of {len(runs)} runs",
               file=sys.stderr, flush=True)  # progress on stderr; the table goes to stdout
-        k = rep % len(runs)
-        for m, tau in runs[k:] + runs[:k]:  # rotate the order every repetition
-            if "error" in m.state:
-                continue
-            model, tok = models[m.model]
-            with _GraphCount(m, "graphs_timed"):
-                got = _attempt(m, lambda: run_all(m, model, tok, ids[m.model], bs, tau or 0.0, args))
-            if got is not None:
-                measured[(m.name, tau)].append(got)
+        totals = {(m.name, tau): _empty() for m, tau in runs}
+        for c, start in enumerate(range(0, n, bs)):
+            k = (rep + c) % len(runs)
+            for m, tau in runs[k:] + runs[:k]:  # every method on this chunk, the order rotating
+                if "error" in m.state:
+                    continue
+                model, tok = models[m.model]
+                chunk = ids[m.model][start:start + bs]
+                with _GraphCount(m, "graphs_timed"):
+                    got = _attempt(m, lambda: run_chunk(m, model, tok, chunk, tau or 0.0, args))
+                if got is not None:
+                    _add(totals[(m.name, tau)], got)
+        for m, tau in runs:
+            if "error" not in m.state:  # a method that failed mid-repetition has no whole measurement
+                measured[(m.name, tau)].append(totals[(m.name, tau)])
     return measured
 
 
