@@ -139,10 +139,13 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def summarise(out_path: str) -> dict:
-    """{setting: {category | "overall": {tokens_per_forward, identical, first_difference, n}}}."""
+def summarise(out_path: str, only: set | None = None) -> dict:
+    """{setting: {category | "overall": {tokens_per_forward, identical, first_difference, n}}}, over
+    the prompts whose ids are in `only` (all when None): a sweep of a subset in a folder that also
+    holds other prompts' outputs summarises that subset."""
     with open(out_path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    rows = [r for r in rows if only is None or r["id"] in only]
     ar = {r["id"]: r["ids"] for r in rows if r["setting"] == "ar"}
     groups = {}
     for r in rows:
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                                           args.draft_groups).items():
             run_setting(model, tokenizer, name, config, prompts, out_path, args.batch_size, args.max_new_tokens,
                         log=lambda s: print(s, flush=True))
-    summary = summarise(out_path)
+    summary = summarise(out_path, {p["id"] for p in prompts})
     with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     print(table(summary))

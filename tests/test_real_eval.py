@@ -55,6 +55,14 @@ def test_summary_per_category_against_ar(tmp_path):
     assert "| math | 0.67 | 2.00 (0%) |" in table(s)
 
 
+def test_the_summary_covers_the_prompts_asked_for(tmp_path):
+    rec = lambda s, i, f: {"setting": s, "id": i, "category": "qa", "tokens": 4, "forwards": f, "ids": [1, 2, 3, 4]}
+    _write(tmp_path / "o.jsonl", [rec("ar", 1, 4), rec("ar", 2, 4), rec("lossless", 1, 2), rec("ar", 3, 4)])
+    s = summarise(str(tmp_path / "o.jsonl"), only={1, 2})
+    assert s["ar"]["overall"]["n"] == 2 and s["lossless"]["overall"]["n"] == 1
+    assert summarise(str(tmp_path / "o.jsonl"))["ar"]["overall"]["n"] == 3
+
+
 def test_the_table_orders_settings_by_tau_whatever_order_they_ran_in():
     cell = {"overall": {"n": 1, "tokens_per_forward": 1.0, "identical": 1.0, "first_difference": None}}
     ran = ["mars-0.95", "ar", "lossless", "mars-0.8", "mars-1"]  # a sweep run in two stages
