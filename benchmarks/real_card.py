@@ -106,6 +106,18 @@ def accuracy_table(summary: dict | None, category: str, base: dict | None = None
     return "\n".join(lines)
 
 
+def spec_bench_scope(summary: dict) -> str:
+    """Which prompts of Spec-Bench a sweep decoded, from its summary: all 480, the first N of each
+    category, or a count."""
+    cats = {c: m["n"] for c, m in summary.get("ar", next(iter(summary.values()))).items() if c != "overall"}
+    total = sum(cats.values())
+    if total == 480:
+        return "All 480 prompts"
+    if len(set(cats.values())) == 1:
+        return f"The first {next(iter(cats.values()))} prompts of each of its {len(cats)} categories ({total} prompts)"
+    return f"{total} prompts"
+
+
 def divergence_line(summary: dict | None) -> str:
     if not summary:
         return ""
@@ -151,9 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                  "Cells: mean tokens per forward (share identical to this model's AR output).", "",
                  table(si), "", divergence_line(si), ""]
     if sb:
-        n = sb.get("ar", next(iter(sb.values())))["overall"]["n"]
         body += ["## Spec-Bench", "",
-                 f"{n} prompts of Spec-Bench (hemingkx/Spec-Bench, Apache-2.0; the first turn of each question), "
+                 f"{spec_bench_scope(sb)} of Spec-Bench (hemingkx/Spec-Bench, Apache-2.0; the first turn of each question), "
                  "greedy, max_new_tokens 256. Cells: mean accepted tokens per forward (share of outputs identical "
                  "to this model's AR output).", "", table(sb), "", divergence_line(sb), ""]
     body += ["## Quality where it can be checked", "",

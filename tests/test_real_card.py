@@ -46,3 +46,12 @@ def test_without_the_bases_math_the_frontier_leaves_math_out_of_every_point():
     sb = {"ar": {"math_reasoning": _cell(80, 0.3)}}
     result = real_card.frontier(known, {"ar": {"known-answers": _cell(40, 0.5)}}, sb, "m")
     assert result["split"] == "known-answers" and all(r["n"] == 40 for r in result["runs"])
+
+
+def test_the_card_says_which_spec_bench_prompts_were_decoded():
+    per_cat = lambda n, cats: {"ar": {**{c: _cell(n, 0.0) for c in cats}, "overall": _cell(n * len(cats), 0.0)}}
+    thirteen = [f"c{i}" for i in range(13)]
+    assert real_card.spec_bench_scope(per_cat(10, thirteen)).startswith("The first 10 prompts of each of its 13")
+    full = {"ar": {**{f"m{i}": _cell(10, 0.0) for i in range(8)}, **{f"b{i}": _cell(80, 0.0) for i in range(5)}}}
+    assert real_card.spec_bench_scope(full) == "All 480 prompts"
+    assert real_card.spec_bench_scope({"ar": {"a": _cell(3, 0.0), "b": _cell(5, 0.0)}}) == "8 prompts"
