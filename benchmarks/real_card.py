@@ -114,7 +114,9 @@ def spec_bench_scope(summary: dict) -> str:
     if total == 480:
         return "All 480 prompts"
     if len(set(cats.values())) == 1:
-        return f"The first {next(iter(cats.values()))} prompts of each of its {len(cats)} categories ({total} prompts)"
+        n = next(iter(cats.values()))
+        first = "The first prompt" if n == 1 else f"The first {n} prompts"
+        return f"{first} of each of its {len(cats)} categories ({total} prompts)"
     return f"{total} prompts"
 
 

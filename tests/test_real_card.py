@@ -54,4 +54,5 @@ def test_the_card_says_which_spec_bench_prompts_were_decoded():
     assert real_card.spec_bench_scope(per_cat(10, thirteen)).startswith("The first 10 prompts of each of its 13")
     full = {"ar": {**{f"m{i}": _cell(10, 0.0) for i in range(8)}, **{f"b{i}": _cell(80, 0.0) for i in range(5)}}}
     assert real_card.spec_bench_scope(full) == "All 480 prompts"
+    assert real_card.spec_bench_scope(per_cat(1, thirteen)).startswith("The first prompt of each of its 13")
     assert real_card.spec_bench_scope({"ar": {"a": _cell(3, 0.0), "b": _cell(5, 0.0)}}) == "8 prompts"
