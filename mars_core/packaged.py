@@ -202,11 +202,18 @@ def _copy_described(delta_folder: Path, out: Path) -> None:
 
 
 ROW_SCALE = ".row_scale"  # an int8 matrix KEY of a delta comes with KEY.row_scale, fp32, one per row
+LORA_A, LORA_B = ".lora_a", ".lora_b"  # a low-rank delta of KEY: KEY.lora_b @ KEY.lora_a, (out, r) @ (r, in)
+
+# Applied in this order, each on top of the last: the fine-tune's delta, then an optional low-rank
+# continuation of it (`training.frozen_stage --lora-rank`), which costs the repository a few MB
+# where another full delta would cost 20.
+DELTA_FILES = ("delta.safetensors", "lora.safetensors")
 
 
 def delta_tensors(stored: dict[str, torch.Tensor], file_name: str = "delta.safetensors") -> dict[str, torch.Tensor]:
     """{key: fp32 delta} from a delta file's tensors: bf16 (or fp32) as they are, an int8 matrix
-    times its per-row scale (the form `training.delta` writes, half the size of bf16)."""
+    times its per-row scale (the form `training.delta` writes, half the size of bf16), a pair
+    KEY.lora_b @ KEY.lora_a (the form `training.delta --lora` writes)."""
     import torch
 
     out = {}
@@ -214,6 +221,15 @@ def delta_tensors(stored: dict[str, torch.Tensor], file_name: str = "delta.safet
         if key.endswith(ROW_SCALE):
             if key[: -len(ROW_SCALE)] not in stored:
                 raise ValueError(f"{file_name} has a scale {key!r} without its matrix")
+            continue
+        if key.endswith(LORA_B):
+            continue
+        if key.endswith(LORA_A):
+            name = key[: -len(LORA_A)]
+            b = stored.get(name + LORA_B)
+            if b is None or t.dim() != 2 or b.dim() != 2 or b.shape[1] != t.shape[0]:
+                raise ValueError(f"{file_name}: {key!r} needs {name + LORA_B!r} of shape (out, {t.shape[0]})")
+            out[name] = b.float() @ t.float()  # (out, in)
             continue
         if t.dtype == torch.int8:
             scale = stored.get(key + ROW_SCALE)
@@ -226,16 +242,20 @@ def delta_tensors(stored: dict[str, torch.Tensor], file_name: str = "delta.safet
 
 
 def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None = None) -> Path:
-    """base + delta: every tensor of `delta_folder/delta.safetensors` is added to the base's tensor
-    of that name (in fp32), the rest is the base's. Remade whenever the delta file changes; the
+    """base + delta: every tensor of `delta_folder/delta.safetensors` (then of `lora.safetensors`, if
+    there) is added to the base's tensor of that name (in fp32), the rest is the base's. Remade
+    whenever a delta file changes; the
     card and other .md/.json files of `delta_folder` are copied again whenever they differ."""
     from safetensors.torch import load_file, save_file
 
-    delta_file = Path(delta_folder) / "delta.safetensors"
+    delta_file = Path(delta_folder) / DELTA_FILES[0]
     if not delta_file.is_file():
         raise ValueError(f"{name} is not in this checkout (no {delta_file.name} in assets/models/{Path(delta_folder).name})")
+    files = [f for f in (Path(delta_folder) / n for n in DELTA_FILES) if f.is_file()]
     out = (root or cache_root()) / "models" / name
     stamp = sha256_of(delta_file)
+    for f in files[1:]:  # a folder with the delta alone keeps the stamp it always had: no rebuild
+        stamp = hashlib.sha256((stamp + sha256_of(f)).encode()).hexdigest()
     try:
         if json.loads((out / "source.json").read_text()).get("delta_sha256") == stamp:
             _copy_described(Path(delta_folder), out)
@@ -243,10 +263,11 @@ def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None 
     except (OSError, ValueError):
         pass
     weights = load_file(base / "model.safetensors")
-    for key, d in delta_tensors(load_file(delta_file), delta_file.name).items():
-        if key not in weights or weights[key].shape != d.shape:
-            raise ValueError(f"{delta_file.name} has a tensor {key!r} that the base {base.name} does not have in that shape")
-        weights[key] = weights[key] + d
+    for f in files:
+        for key, d in delta_tensors(load_file(f), f.name).items():
+            if key not in weights or weights[key].shape != d.shape:
+                raise ValueError(f"{f.name} has a tensor {key!r} that the base {base.name} does not have in that shape")
+            weights[key] = weights[key] + d
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     os.chmod(tmp, 0o755)

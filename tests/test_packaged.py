@@ -139,6 +139,29 @@ def test_a_derived_name_is_the_base_plus_its_delta(tiny_registry, tmp_path, monk
     torch.testing.assert_close(load_model("tiny-derived")[0].state_dict()[key], base.state_dict()[key] + 0.5)
 
 
+def test_a_low_rank_continuation_is_added_after_the_delta(tiny_registry, tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    base, _ = load_model("tiny-packaged")
+    key = "model.layers.1.mlp.down_proj.weight"
+    w = base.state_dict()[key]  # (out, in)
+    folder = tmp_path / "delta"
+    folder.mkdir()
+    save_file({key: torch.full_like(w, 0.25).to(torch.bfloat16)}, folder / "delta.safetensors")
+    monkeypatch.setitem(packaged.DERIVED, "tiny-derived", ("tiny-packaged", folder))
+    load_model("tiny-derived")  # built once without adapters: adding them must rebuild it
+    # rank 2: row i of B is (i, 1), A's rows are all 0.5 and all -0.25, so B @ A = 0.5 i - 0.25 in row i
+    out_rows, cols = w.shape
+    b = torch.stack([torch.arange(out_rows, dtype=torch.float32), torch.ones(out_rows)], dim=1)
+    a = torch.stack([torch.full((cols,), 0.5), torch.full((cols,), -0.25)])
+    save_file({key + ".lora_a": a.to(torch.bfloat16), key + ".lora_b": b.to(torch.bfloat16)}, folder / "lora.safetensors")
+    expected = w + 0.25 + (0.5 * torch.arange(out_rows, dtype=torch.float32) - 0.25)[:, None]
+    torch.testing.assert_close(load_model("tiny-derived")[0].state_dict()[key], expected)
+    save_file({key + ".lora_a": a, key + ".lora_b": b[:, :1].contiguous()}, folder / "lora.safetensors")
+    with pytest.raises(ValueError, match="lora_b"):
+        load_model("tiny-derived")
+
+
 def test_a_derived_name_without_its_delta_says_so(tiny_registry, tmp_path, monkeypatch):
     monkeypatch.setitem(packaged.DERIVED, "tiny-derived", ("tiny-packaged", tmp_path / "nothing"))
     with pytest.raises(ValueError, match="not in this checkout"):

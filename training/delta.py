@@ -9,6 +9,12 @@ dequantised delta, and every figure on its card is measured on that model as `lo
 gives it, not on the fp32 snapshot. `--format bf16` writes the older all-bf16 form (both load).
 
     python -m training.delta runs/smollm2-mars/latest.pt assets/models/smollm2-135m-mars
+
+A run trained with `--lora-rank` on top of the shipped delta (`frozen_stage --init` of the run that
+delta came from) ships its adapters instead: `--lora` writes `lora.safetensors`, `KEY.lora_a` and
+`KEY.lora_b` (scale folded in) in bf16, which `load_model` adds after `delta.safetensors`.
+
+    python -m training.delta runs/smollm2-mars-lora/latest.pt assets/models/smollm2-135m-mars --lora
 """
 from __future__ import annotations
 
@@ -50,14 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out")
     p.add_argument("--base", default="smollm2-135m-instruct")
     p.add_argument("--format", default="int8", choices=("int8", "bf16"))
+    p.add_argument("--lora", action="store_true", help="write the snapshot's adapters as lora.safetensors")
     args = p.parse_args(argv)
-    base = load_file(ensure_named(args.base) / "model.safetensors")
-    delta = make_delta(torch.load(args.snapshot)["layers"], base, args.format)
+    snapshot = torch.load(args.snapshot)
+    if args.lora:
+        if "lora" not in snapshot:
+            print(f"error: {args.snapshot} has no adapters (it was not trained with --lora-rank)")
+            return 2
+        delta, name, fmt = {k: v.to(torch.bfloat16).contiguous() for k, v in snapshot["lora"].items()}, "lora.safetensors", "lora-bf16"
+    else:
+        base = load_file(ensure_named(args.base) / "model.safetensors")
+        delta, name, fmt = make_delta(snapshot["layers"], base, args.format), "delta.safetensors", args.format
     os.makedirs(args.out, exist_ok=True)
-    tmp = os.path.join(args.out, "delta.safetensors.tmp")
-    save_file(delta, tmp, metadata={"base": args.base, "format": args.format})
-    os.replace(tmp, os.path.join(args.out, "delta.safetensors"))
-    size = os.path.getsize(os.path.join(args.out, "delta.safetensors")) / 2**20
+    tmp = os.path.join(args.out, name + ".tmp")
+    save_file(delta, tmp, metadata={"base": args.base, "format": fmt})
+    os.replace(tmp, os.path.join(args.out, name))
+    size = os.path.getsize(os.path.join(args.out, name)) / 2**20
     print(f"{len(delta)} tensors, {size:.1f} MiB")
     return 0
 

@@ -6,7 +6,9 @@ the trained layers (`training.frozen_layers`). The run stops after `--minutes` (
 build) and saves a snapshot of the trained layers every `--snapshot-minutes`; run the same command
 again to resume from the last snapshot, with the optimizer and the data order where they were.
 `--init OTHER/latest.pt` starts instead from another run's trained layers (same `--train-layers`)
-with a fresh optimizer and schedule: a run continued on more data.
+with a fresh optimizer and schedule: a run continued on more data. `--lora-rank R` trains low-rank
+adapters on those layers instead of the layers themselves (`training.lora`): a continuation whose
+increment the repository can carry in a few MB.
 
     python -m training.frozen_stage --data data/smollm2/distill.jsonl --out runs/smollm2-mars \
         --train-layers 6 --lr 1e-4 --minutes 60
@@ -25,6 +27,7 @@ import torch
 from mars_core import load_model
 from training.checkpoint import write_json
 from training.frozen_layers import compact_inputs, lower_hidden, trainable_upper, upper_loss
+from training.lora import add_lora, adapter_state, load_adapter_state, merged_layers
 
 
 def holdout(record_id: int) -> bool:
@@ -78,15 +81,17 @@ class LowerCache:
         return c, self.memory[rid]
 
 
-def save_snapshot(out: str, model, split: int, optimizer, state: dict) -> None:
-    """The trained layers (fp32), the optimizer and the loop state, written atomically."""
-    layers = _upper_layers(model, split)
+def save_snapshot(out: str, model, split: int, optimizer, state: dict, lora: bool = False) -> None:
+    """The trained layers (fp32; with LoRA merged into them, and the adapters alone under "lora"),
+    the optimizer and the loop state, written atomically."""
+    layers = merged_layers(model, split) if lora else _upper_layers(model, split)
+    extra = {"lora": adapter_state(model)} if lora else {}
     tmp = os.path.join(out, "latest.pt.tmp")
-    torch.save({"layers": layers, "optimizer": optimizer.state_dict(), "state": state}, tmp)
+    torch.save({"layers": layers, "optimizer": optimizer.state_dict(), "state": state, **extra}, tmp)
     os.replace(tmp, os.path.join(out, "latest.pt"))
     snap = os.path.join(out, "snapshots", f"step{state['step']:06d}.pt")
     os.makedirs(os.path.dirname(snap), exist_ok=True)
-    torch.save({"layers": layers, "state": state}, snap + ".tmp")
+    torch.save({"layers": layers, "state": state, **extra}, snap + ".tmp")
     os.replace(snap + ".tmp", snap)
 
 
@@ -118,22 +123,29 @@ def train(args) -> None:
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.base, dtype="float32")
     split = model.config.num_hidden_layers - args.train_layers
-    params = trainable_upper(model, split)
-    model.train()
-    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     examples = read_examples(args.data, tokenizer.eos_token_id, args.max_len, args.first)
     if not examples:
         raise ValueError(f"{args.data} has no training records (held-out ids and empty answers are skipped)")
     state = {"step": 0, "seen": 0, "minutes": 0.0, "epoch": 0, "args": vars(args), "examples": len(examples)}
     latest = os.path.join(args.out, "latest.pt")
-    if os.path.isfile(latest):
-        saved = torch.load(latest)
-        model.load_state_dict(saved["layers"], strict=False)
+    saved = torch.load(latest) if os.path.isfile(latest) else None
+    lora = args.lora_rank is not None
+    if saved is not None and lora != ("lora" in saved):
+        raise ValueError(f"{latest} was {'' if 'lora' in saved else 'not '}trained with LoRA; resume it with the same --lora-rank")
+    if args.init and (saved is None or lora):
+        # a LoRA run keeps its start weights frozen under the adapters, so a resume loads them again
+        state["minutes"] = start_from(model, split, args.init)
+    params = add_lora(model, split, args.lora_rank, args.lora_alpha or args.lora_rank) if lora else trainable_upper(model, split)
+    model.train()
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    if saved is not None:
+        if lora:
+            load_adapter_state(model, saved["lora"])
+        else:
+            model.load_state_dict(saved["layers"], strict=False)
         optimizer.load_state_dict(saved["optimizer"])
         state.update({k: saved["state"][k] for k in ("step", "seen", "minutes", "epoch")})
         print(f"resumed at step {state['step']} ({state['minutes']:.1f} min)", flush=True)
-    elif args.init:
-        state["minutes"] = start_from(model, split, args.init)
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, "args.json"), vars(args))
     cache = LowerCache(model, split, args.block_size, tokenizer.mask_token_id, args.lower or os.path.join(args.out, "lower"))
@@ -173,7 +185,7 @@ def train(args) -> None:
         done = (state["step"] >= total_steps or state["minutes"] - spent_before >= args.minutes
                 or (args.max_steps is not None and state["step"] >= args.max_steps))
         if done or state["minutes"] - last_snap >= args.snapshot_minutes:
-            save_snapshot(args.out, model, split, optimizer, state)
+            save_snapshot(args.out, model, split, optimizer, state, lora)
             last_snap = state["minutes"]
             print(f"step {state['step']}/{total_steps} {state['minutes']:.1f} min noisy {sums[0]:.3f} "
                   f"clean {sums[1]:.3f}", flush=True)
@@ -191,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                         "a run that already has OUT/latest.pt resumes instead")
     p.add_argument("--first", type=int, default=None, help="train on the data file's first N records")
     p.add_argument("--train-layers", type=int, default=6)
+    p.add_argument("--lora-rank", type=int, default=None,
+                   help="train rank-R adapters on the --train-layers layers instead of the layers (default: full)")
+    p.add_argument("--lora-alpha", type=float, default=None, help="adapter scale alpha / rank (default alpha = rank: scale 1)")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--ar-weight", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=1e-4)
