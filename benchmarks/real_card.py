@@ -129,6 +129,38 @@ def divergence_line(summary: dict | None) -> str:
             + ", ".join(parts) + ".") if parts else ""
 
 
+def _stage_line(targs: dict, log: list[dict], first: bool) -> str:
+    last = log[-1] if log else {}
+    how = (f"rank-{targs['lora_rank']} LoRA (scale {(targs.get('lora_alpha') or targs['lora_rank']) / targs['lora_rank']:g}) on the top "
+           f"{targs.get('train_layers', '?')} layers, merged" if targs.get("lora_rank")
+           else f"top {targs.get('train_layers', '?')} layers train")
+    tail = log[-10:]
+    return (f"{'' if first else 'Then '}{last.get('step', '?')} optimizer steps of {targs.get('accum', '?')} examples "
+            f"({targs.get('epochs', '?')} epochs), {how}, lr {targs.get('lr', '?')} (cosine), ar_weight "
+            f"{targs.get('ar_weight', '?')}, block size {targs.get('block_size', '?')}, max distance "
+            f"{targs.get('max_distance', '-')}; final loss (mean of the last 10 steps): noisy "
+            f"{sum(r['noisy'] for r in tail) / max(1, len(tail)):.2f}, clean {sum(r['clean'] for r in tail) / max(1, len(tail)):.2f}.")
+
+
+def training_lines(run: str, targs: dict, log: list[dict]) -> list[str]:
+    """One line per stage: a run started from another (`frozen_stage --init`) after that run's own
+    stages, then the training minutes of all of them (the clock continues across stages)."""
+    stages, folder, seen = [], run, set()
+    while folder and os.path.realpath(folder) not in seen:
+        seen.add(os.path.realpath(folder))
+        a = targs if folder == run else (_read(os.path.join(folder, "args.json")) or {})
+        lg = log if folder == run else (_read(os.path.join(folder, "log.jsonl")) or [])
+        stages.append((a, lg))
+        init = a.get("init")
+        folder = os.path.dirname(init) if init else None
+        if folder and os.path.basename(folder) == "snapshots":
+            folder = os.path.dirname(folder)
+    stages.reverse()
+    lines = ["- " + _stage_line(a, lg, i == 0) for i, (a, lg) in enumerate(stages)]
+    last = log[-1] if log else {}
+    return lines + ["", f"{last.get('minutes', '?')} training minutes in all on {_threads(targs.get('threads'))} of a 2-core AVX2 CPU."]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="the training run (args.json, log.jsonl, curve/curve.json)")
@@ -146,15 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.intro, encoding="utf-8") as f:
         intro = f.read().strip()
     last = log[-1] if log else {}
-    body = [intro, "",
-            "## Training (measured)", "",
-            f"{last.get('step', '?')} optimizer steps of {targs.get('accum', '?')} examples, "
-            f"{last.get('minutes', '?')} training minutes on {_threads(targs.get('threads'))} of a 2-core AVX2 CPU; top "
-            f"{targs.get('train_layers', '?')} layers train, lr {targs.get('lr', '?')} (cosine), ar_weight "
-            f"{targs.get('ar_weight', '?')}, block size {targs.get('block_size', '?')}, max distance "
-            f"{targs.get('max_distance', '-')}. Final loss (mean of the last 10 steps): noisy "
-            f"{sum(r['noisy'] for r in log[-10:]) / max(1, len(log[-10:])):.2f}, clean "
-            f"{sum(r['clean'] for r in log[-10:]) / max(1, len(log[-10:])):.2f}.", "",
+    body = [intro, "", "## Training (measured)", "", *training_lines(args.run, targs, log), "",
             "### Training curve", "",
             "Tokens per forward on 24 held-out prompts of ours (96 new tokens, greedy), in brackets the "
             "share of outputs identical to the same weights' AR output:", "", curve_table(curve), ""]

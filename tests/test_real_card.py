@@ -56,3 +56,19 @@ def test_the_card_says_which_spec_bench_prompts_were_decoded():
     assert real_card.spec_bench_scope(full) == "All 480 prompts"
     assert real_card.spec_bench_scope(per_cat(1, thirteen)).startswith("The first prompt of each of its 13")
     assert real_card.spec_bench_scope({"ar": {"a": _cell(3, 0.0), "b": _cell(5, 0.0)}}) == "8 prompts"
+
+
+def test_a_continued_run_lists_every_stage_and_the_minutes_of_all(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    (first / "args.json").write_text(json.dumps({"accum": 8, "train_layers": 6, "lr": 0.001, "epochs": 2.0}))
+    (first / "log.jsonl").write_text(json.dumps({"step": 380, "minutes": 43.5, "noisy": 2.9, "clean": 0.2}) + "\n")
+    (second / "args.json").write_text(json.dumps({"accum": 8, "train_layers": 6, "lr": 0.002, "epochs": 1.5, "threads": 2,
+                                                  "lora_rank": 32, "init": str(first / "latest.pt")}))
+    (second / "log.jsonl").write_text("".join(json.dumps({"step": s, "minutes": 43.5 + s / 10, "noisy": 2.0, "clean": 0.1}) + "\n"
+                                              for s in (1, 2, 428)))
+    lines = real_card.training_lines(str(second), json.loads((second / "args.json").read_text()),
+                                     [json.loads(x) for x in (second / "log.jsonl").read_text().splitlines()])
+    assert lines[0].startswith("- 380 optimizer steps of 8 examples (2.0 epochs), top 6 layers train, lr 0.001")
+    assert lines[1].startswith("- Then 428 optimizer steps of 8 examples (1.5 epochs), rank-32 LoRA (scale 1) on the top 6")
+    assert lines[-1] == "86.3 training minutes in all on both threads of a 2-core AVX2 CPU."
