@@ -2,8 +2,14 @@
 
 Reads the training run (its args, log and curve) and the `benchmarks.real_eval` folders of the
 evaluations, and writes next to the delta: `README.md` (the model card), `training_config.json`
-(the recipe) and `eval.json` (the known-answer and GSM8K sweep the playground's Frontier tab
-draws). Nothing is typed in: a figure that was not measured is absent from the card.
+(the recipe), `eval.json` (the known-answer and GSM8K sweep the playground's Frontier tab
+draws) and `eval_summaries.json` (every evaluation summary the card was written from). Nothing is
+typed in: a figure that was not measured is absent from the card.
+
+The bulky inputs (a run's checkpoints, the decoded outputs) live in `runs/`, which a new machine does
+not have, so a card can be refreshed from what the repository keeps: an evaluation not given as a
+folder is taken from the card's own `eval_summaries.json`, and without `--run` the training section
+(and `training_config.json`) of the card already in OUT stay as they were written.
 
     python -m benchmarks.real_card --run runs/main --self-instruct runs/eval-si --spec-bench runs/eval-sb \
         --known runs/eval-known --known-base runs/eval-known-base --out assets/models/smollm2-135m-mars
@@ -23,8 +29,25 @@ def _read(path: str | None):
         return json.load(f) if path.endswith(".json") else [json.loads(line) for line in f if line.strip()]
 
 
+EVALS = ("self-instruct", "spec-bench", "spec-bench-base", "known", "known-base")
+
+
 def _summary(folder: str | None) -> dict | None:
     return _read(os.path.join(folder, "summary.json")) if folder else None
+
+
+def kept_training_section(card_path: str) -> list[str]:
+    """The lines of an existing card from its "## Training (measured)" heading up to the next
+    second-level heading (its "### Training curve" included): a card refreshed without the run
+    keeps the training record it was first written with."""
+    lines = (open(card_path, encoding="utf-8").read().splitlines()
+             if os.path.isfile(card_path) else [])
+    if "## Training (measured)" not in lines:
+        raise ValueError(f"no --run given and {card_path} has no '## Training (measured)' section to keep: "
+                         "give the training run's folder (args.json, log.jsonl, curve/curve.json)")
+    start = lines.index("## Training (measured)")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines[start:end]
 
 
 def _threads(n) -> str:
@@ -163,25 +186,39 @@ def training_lines(run: str, targs: dict, log: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, help="the training run (args.json, log.jsonl, curve/curve.json)")
-    for name in ("self-instruct", "spec-bench", "spec-bench-base", "known", "known-base"):
-        p.add_argument(f"--{name}", default=None, help="a benchmarks.real_eval output folder")
+    p.add_argument("--run", default=None, help="the training run (args.json, log.jsonl, curve/curve.json); "
+                   "without it the card in OUT keeps its training section")
+    for name in EVALS:
+        p.add_argument(f"--{name}", default=None, help="a benchmarks.real_eval output folder "
+                       "(default: the summary the card in OUT was written from)")
     p.add_argument("--intro", required=True, help="a markdown file: the card's prose (what, how, limits)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    targs = _read(os.path.join(args.run, "args.json")) or {}
-    log = _read(os.path.join(args.run, "log.jsonl")) or []
-    curve = _read(os.path.join(args.run, "curve", "curve.json"))
-    si, sb = _summary(args.self_instruct), _summary(args.spec_bench)
-    known, known_base = _summary(args.known), _summary(args.known_base)
-    sb_base = _summary(args.spec_bench_base)  # the base's AR on (some of) Spec-Bench: its math accuracy
+    try:
+        training = (None if args.run else kept_training_section(os.path.join(args.out, "README.md")))
+    except ValueError as e:
+        p.error(str(e))
+    kept = _read(os.path.join(args.out, "eval_summaries.json")) or {}
+    evals = {}
+    for name in EVALS:
+        folder = getattr(args, name.replace("-", "_"))
+        evals[name] = _summary(folder) if folder else kept.get(name)
+        if folder and evals[name] is None:
+            p.error(f"--{name} {folder}: no summary.json there (a benchmarks.real_eval --out folder has one)")
+    si, sb = evals["self-instruct"], evals["spec-bench"]
+    known, known_base = evals["known"], evals["known-base"]
+    sb_base = evals["spec-bench-base"]  # the base's AR on (some of) Spec-Bench: its math accuracy
     with open(args.intro, encoding="utf-8") as f:
         intro = f.read().strip()
-    last = log[-1] if log else {}
-    body = [intro, "", "## Training (measured)", "", *training_lines(args.run, targs, log), "",
-            "### Training curve", "",
-            "Tokens per forward on 24 held-out prompts of ours (96 new tokens, greedy), in brackets the "
-            "share of outputs identical to the same weights' AR output:", "", curve_table(curve), ""]
+    if training is None:
+        targs = _read(os.path.join(args.run, "args.json")) or {}
+        log = _read(os.path.join(args.run, "log.jsonl")) or []
+        curve = _read(os.path.join(args.run, "curve", "curve.json"))
+        training = ["## Training (measured)", "", *training_lines(args.run, targs, log), "",
+                    "### Training curve", "",
+                    "Tokens per forward on 24 held-out prompts of ours (96 new tokens, greedy), in brackets the "
+                    "share of outputs identical to the same weights' AR output:", "", curve_table(curve), ""]
+    body = [intro, "", *training]
     if si:
         n = si.get("ar", next(iter(si.values())))["overall"]["n"]
         body += ["## Held-out prompts: self-instruct's user-oriented instructions", "",
@@ -202,12 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "README.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(body).rstrip() + "\n")
-    recipe = {k: v for k, v in targs.items() if k not in ("out", "lower", "threads", "build_cache")}
-    config = {"status": "finished", "stage": "mars",
-              "args": {**recipe, "stage": "mars", "data_file": targs.get("data"), "data": "smollm2-self-distilled"},
-              "steps": last.get("step"), "minutes": last.get("minutes")}
-    with open(os.path.join(args.out, "training_config.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=1)
+    if args.run:
+        recipe = {k: v for k, v in targs.items() if k not in ("out", "lower", "threads", "build_cache")}
+        last = log[-1] if log else {}
+        config = {"status": "finished", "stage": "mars",
+                  "args": {**recipe, "stage": "mars", "data_file": targs.get("data"), "data": "smollm2-self-distilled"},
+                  "steps": last.get("step"), "minutes": last.get("minutes")}
+        with open(os.path.join(args.out, "training_config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=1)
+    with open(os.path.join(args.out, "eval_summaries.json"), "w", encoding="utf-8") as f:
+        json.dump({k: v for k, v in evals.items() if v}, f, indent=1)
     result = frontier(known, known_base, sb, os.path.basename(os.path.normpath(args.out)), sb_base)
     if result:
         with open(os.path.join(args.out, "eval.json"), "w", encoding="utf-8") as f:

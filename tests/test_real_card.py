@@ -72,3 +72,43 @@ def test_a_continued_run_lists_every_stage_and_the_minutes_of_all(tmp_path):
     assert lines[0].startswith("- 380 optimizer steps of 8 examples (2.0 epochs), top 6 layers train, lr 0.001")
     assert lines[1].startswith("- Then 428 optimizer steps of 8 examples (1.5 epochs), rank-32 LoRA (scale 1) on the top 6")
     assert lines[-1] == "86.3 training minutes in all on both threads of a 2-core AVX2 CPU."
+
+
+def test_a_card_refreshed_without_its_run_keeps_the_training_section_and_stored_evaluations(tmp_path):
+    """A new machine has no runs/: the card's training section and the summaries it was written
+    from carry over, and a newly measured set replaces only its own table."""
+    run = tmp_path / "run"
+    (run / "curve").mkdir(parents=True)
+    (run / "args.json").write_text(json.dumps({"accum": 8, "threads": 2, "train_layers": 6, "lr": 0.001}))
+    (run / "log.jsonl").write_text(json.dumps({"step": 7, "minutes": 2.5, "noisy": 2.0, "clean": 0.2}) + "\n")
+    (run / "curve" / "curve.json").write_text(json.dumps([{"snapshot": "step000007", "minutes": 2.5, "lossless": 1.3}]))
+    intro = tmp_path / "intro.md"
+    intro.write_text("# card")
+    cats = lambda tpf: {"ar": {"qa": _cell(10, 0.0), "overall": _cell(10, 0.0)},
+                        "mars-0.9": {"qa": _cell(10, 0.0, tpf, 0.5), "overall": _cell(10, 0.0, tpf, 0.5)}}
+    known = _summary(tmp_path / "known", {"ar": {"known-answers": _cell(40, 0.7)}})
+    out = tmp_path / "card"
+    args = ["--intro", str(intro), "--out", str(out)]
+    assert real_card.main(["--run", str(run), *args, "--known", known,
+                           "--spec-bench", _summary(tmp_path / "sb", cats(1.11))]) == 0
+    first = (out / "README.md").read_text()
+    config = (out / "training_config.json").read_text()
+    assert "7 optimizer steps" in first and "| step000007 | 2.5 | 1.300 |" in first and "1.11 (50%)" in first
+    assert real_card.main(args) == 0
+    assert (out / "README.md").read_text() == first and (out / "training_config.json").read_text() == config
+    assert real_card.main([*args, "--spec-bench", _summary(tmp_path / "sb2", cats(1.23))]) == 0
+    second = (out / "README.md").read_text()
+    assert second == first.replace("1.11 (50%)", "1.23 (50%)")
+    assert json.loads((out / "eval_summaries.json").read_text())["known"]["ar"]["known-answers"]["accuracy"] == 0.7
+
+
+def test_a_card_without_a_run_or_an_earlier_card_is_refused_in_one_line(tmp_path, capsys):
+    intro = tmp_path / "intro.md"
+    intro.write_text("# card")
+    try:
+        real_card.main(["--intro", str(intro), "--out", str(tmp_path / "card")])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("a card with no training record was written")
+    assert "--run" in capsys.readouterr().err
