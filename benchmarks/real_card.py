@@ -40,8 +40,10 @@ def kept_training_section(card_path: str) -> list[str]:
     """The lines of an existing card from its "## Training (measured)" heading up to the next
     second-level heading (its "### Training curve" included): a card refreshed without the run
     keeps the training record it was first written with."""
-    lines = (open(card_path, encoding="utf-8").read().splitlines()
-             if os.path.isfile(card_path) else [])
+    lines = []
+    if os.path.isfile(card_path):
+        with open(card_path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
     if "## Training (measured)" not in lines:
         raise ValueError(f"no --run given and {card_path} has no '## Training (measured)' section to keep: "
                          "give the training run's folder (args.json, log.jsonl, curve/curve.json)")
