@@ -85,6 +85,26 @@ def test_compiled_lossless_is_ar_on_the_bundled_model(bundled, static, batch):
         assert a == pytest.approx(b, abs=1e-5)
 
 
+def test_compiled_lossless_in_bfloat16(static):
+    """The real pair runs in bf16 where a CPU has it: there too the static lossless step must give
+    greedy AR's output, token for token, with the drafts still paying (the bundled model's weights
+    cast to bf16, so its masks still predict)."""
+    import torch
+    from tasks.synthetic import make_examples
+
+    model, tok = load_model(BUNDLED, dtype=torch.bfloat16)
+    assert model.dtype == torch.bfloat16
+    prompts = [ex["messages"][0]["content"] for ex in make_examples(5, 7, "eval")]
+    kw = dict(block_size=4, cache="cursor", max_new_tokens=96)
+    ar = generate(model, tok, prompts, DecodeConfig(mode="ar", cache="none", max_new_tokens=96))
+    eager = generate(model, tok, prompts, DecodeConfig(mode="lossless", **kw))
+    fast = generate(model, tok, prompts, DecodeConfig(mode="lossless", compile=True, **kw))
+    assert fast.token_ids == ar.token_ids == eager.token_ids
+    assert fast.stats.accepted_per_step == eager.stats.accepted_per_step
+    assert fast.stats.tokens_per_forward > 2.5
+    assert static and max(static) == 5
+
+
 def test_compiled_lossless_refuses_what_it_does_not_run():
     with pytest.raises(ValueError, match="compiled lossless MARS is greedy"):
         DecodeConfig(mode="lossless", cache="cursor", compile=True, temperature=0.7)
