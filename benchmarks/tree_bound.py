@@ -1,0 +1,189 @@
+"""How far richer drafts could lift lossless MARS on a model as it is: an exact replay, no decoding.
+
+Lossless MARS emits j + 1 tokens a forward, j the drafts accepted (the B - 1 mask predictions
+the previous forward made after the last accepted token). Its greedy output is the model's AR
+output s, known from a `benchmarks.real_eval` run, so every step can be replayed without
+decoding once the mask predictions after every prefix of s are known:
+
+    M_t (B - 1, k): the top-k ids of each mask of a MARS forward of s[:t+1] + [MASK] * (B - 1);
+                    mask m predicts s[t + 1 + m] (the token at t + 1 is the AR prediction).
+
+One forward per prompt gives every M_t: s, then a group of B - 1 masks after every t that sees
+s[:t+1] only (the one-forward layout of `verify_forward`, with a group after every position).
+A replayed step at last emitted index c takes its drafts from M_{c-1} and accepts the longest
+run j with s[c + i] among the candidates at distance i, then emits s[c+1..c+j+1]. With one
+candidate a distance this is `mode="lossless"` (checked against the run's counted forwards);
+with `widths` (k_1, k_2, ...) it is a draft tree (top-k_i at distance i, every combination:
+k_1 + k_1 k_2 + ... nodes) verified in one forward. "+lookup" adds a second chain, prompt-lookup
+drafts (the tokens that followed the latest earlier match of the text's last n-gram), and
+keeps the better of the two.
+
+These are upper bounds for such a decoder: it also needs, after every node it may accept, the
+group of masks that drafts the next step (the "all" layout), so its forwards are wider; what a
+width costs on a machine is `benchmarks.ceiling`'s business.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import defaultdict
+
+import torch
+
+from mars_core import load_model
+from mars_core.masks import for_model
+from mars_core.prompts import encode_prompt, special_ids
+
+
+def group_layout(L: int, first: int, B: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention (T, T) bool and position ids (T,) for s (L tokens) plus one group of B - 1 masks
+    after every t = first..L - 1, in that order (T = L + (L - first)(B - 1)).
+
+    Group t sees s[:t+1] and its own earlier masks; s is causal and sees no mask."""
+    M, G = B - 1, L - first
+    T = L + G * M
+    i = torch.arange(T)
+    is_s = i < L
+    rel = (i - L).clamp_min(0)
+    t = first + torch.div(rel, max(M, 1), rounding_mode="floor")  # the position a group stands after
+    m = rel - (t - first) * M  # 0..M-1 inside the group
+    pos = torch.where(is_s, i, t + 1 + m)
+    causal = i[:, None] >= i[None, :]
+    sees_s = is_s[None, :] & (i[None, :] <= t[:, None])
+    same_group = ~is_s[None, :] & (t[None, :] == t[:, None]) & causal
+    attn = torch.where(is_s[:, None], is_s[None, :] & causal, sees_s | same_group)
+    return attn, pos
+
+
+@torch.no_grad()
+def mask_logits(model, s: list[int], first: int, mask_id: int, B: int) -> torch.Tensor:
+    """(L - first, B - 1, V): row t - first holds the logits of the masks after s[:t+1]."""
+    L, M = len(s), B - 1
+    attn, pos = group_layout(L, first, B)
+    ids = torch.tensor([s + [mask_id] * ((L - first) * M)])
+    keep = torch.arange(L, attn.shape[0])
+    logits = model(input_ids=ids, attention_mask=for_model(attn[None, None], model), position_ids=pos[None],
+                   logits_to_keep=keep).logits[0]  # ((L - first) M, V)
+    return logits.view(L - first, M, -1)
+
+
+def mask_tops(model, s: list[int], first: int, mask_id: int, B: int, k: int) -> torch.Tensor:
+    """(L - first, B - 1, k) long: row t - first holds M_t, the top-k ids of each mask after s[:t+1]."""
+    return mask_logits(model, s, first, mask_id, B).topk(k, dim=-1).indices
+
+
+def lookup_draft(s: list[int], c: int, n_draft: int, max_ngram: int = 3) -> list[int]:
+    """Prompt-lookup drafts after s[:c+1]: the tokens after the latest earlier occurrence of its
+    last n-gram (n = max_ngram down to 1); [] when none occurs."""
+    text = s[: c + 1]
+    for n in range(min(max_ngram, len(text) - 1), 0, -1):
+        tail = text[-n:]
+        for start in range(len(text) - n - 1, -1, -1):
+            if text[start:start + n] == tail:
+                return text[start + n:start + n + n_draft]
+    return []
+
+
+def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...], lookup: bool = False) -> int:
+    """Forwards a lossless decode with these drafts takes to emit s[first + 1:] (the prompt is s[:first + 1]).
+
+    tops: `mask_tops(..., first, ...)`; widths: candidates kept per distance (len <= B - 1)."""
+    cand = [tops[:, i, :w].tolist() for i, w in enumerate(widths)]  # per distance: (G, w)
+    c, forwards = first, 0
+    drafts_from = None  # the first forward (the prompt's) has no drafts
+    while c < len(s) - 1:
+        j = 0
+        if drafts_from is not None:
+            g = drafts_from - first
+            while j < len(widths) and c + j + 1 < len(s) and s[c + j + 1] in cand[j][g]:
+                j += 1
+            if lookup:
+                d = lookup_draft(s, c, len(widths))
+                a = 0
+                while a < len(d) and c + a + 1 < len(s) and s[c + a + 1] == d[a]:
+                    a += 1
+                j = max(j, a)
+        c += j + 1
+        forwards += 1
+        drafts_from = c - 1
+    return forwards
+
+
+def nodes(widths: tuple[int, ...]) -> int:
+    """Draft tokens of a full tree with these widths: k_1 + k_1 k_2 + ..."""
+    total, level = 0, 1
+    for w in widths:
+        level *= w
+        total += level
+    return total
+
+
+def parse_trees(text: str) -> list[tuple[int, ...]]:
+    trees = []
+    for part in text.split():
+        widths = tuple(int(x) for x in part.split(","))
+        if not widths or min(widths) < 1:
+            raise ValueError(f"--trees: {part!r} is not a list of widths >= 1 such as 2,1,1")
+        trees.append(widths)
+    return trees
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.real_eval import read_set
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, help="a real_eval folder with the model's ar and lossless outputs")
+    p.add_argument("--spec-bench", required=True, help="the question.jsonl that run read")
+    p.add_argument("--model", default="smollm2-135m-mars")
+    p.add_argument("--block-size", type=int, default=4)
+    p.add_argument("--trees", default="1,1,1 2,1,1 2,2,1 3,2,1 4,2,2 8,1,1")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--out", required=True, help="a jsonl of per-prompt forwards (resumed)")
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        trees = parse_trees(args.trees)
+        if max(len(w) for w in trees) > args.block_size - 1:
+            raise ValueError(f"a tree is deeper than block_size - 1 = {args.block_size - 1}")
+        prompts = {r["id"]: r for r in read_set("spec-bench", args.spec_bench)}
+        model, tok = load_model(args.model, dtype="float32")
+    except (ValueError, OSError) as e:
+        print(f"error: {e}")
+        return 2
+    mask_id, _, stop_ids = special_ids(model, tok)
+    runs = defaultdict(dict)
+    with open(os.path.join(args.run, "outputs.jsonl"), encoding="utf-8") as f:
+        for r in map(json.loads, filter(str.strip, f)):
+            runs[r["id"]][r["setting"]] = r
+    done = set()
+    if os.path.isfile(args.out):
+        with open(args.out, encoding="utf-8") as f:
+            done = {json.loads(line)["id"] for line in f if line.strip()}
+    todo = [i for i, r in runs.items() if "ar" in r and "lossless" in r and i not in done][: args.limit]
+    kmax = max(max(w) for w in trees)
+    for n, pid in enumerate(todo):
+        ar, ll = runs[pid]["ar"], runs[pid]["lossless"]
+        prompt = encode_prompt(tok, prompts[pid]["prompt"])
+        assert len(prompt) == ar["prompt_tokens"], f"prompt {pid} encodes differently from the run"
+        # the run stores the output without its stop token; the forward that emitted it counts
+        out = ar["ids"] + ([stop_ids[0]] if ar["forwards"] > ar["tokens"] else [])
+        s, first = prompt + out, len(prompt) - 1
+        with torch.inference_mode():
+            tops = mask_tops(model, s, first, mask_id, args.block_size, kmax)
+        rec = {"id": pid, "category": ar["category"], "tokens": ar["tokens"],
+               "measured_lossless": ll["forwards"], "identical": ll["ids"] == ar["ids"]}
+        for w in trees:
+            rec[",".join(map(str, w))] = replay(s, first, tops, w)
+        rec["1,1,1+lookup"] = replay(s, first, tops, (1,) * (args.block_size - 1), lookup=True)
+        with open(args.out, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+        print(f"{n + 1}/{len(todo)} {pid} {ar['category']}: measured {ll['forwards']}, "
+              f"replayed {rec['1,1,1'] if (1, 1, 1) in trees else '-'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
