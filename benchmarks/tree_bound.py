@@ -85,10 +85,13 @@ def lookup_draft(s: list[int], c: int, n_draft: int, max_ngram: int = 3) -> list
     return []
 
 
-def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...], lookup: bool = False) -> int:
+def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...], lookup: bool = False,
+           memo: dict | None = None) -> int:
     """Forwards a lossless decode with these drafts takes to emit s[first + 1:] (the prompt is s[:first + 1]).
 
-    tops: `mask_tops(..., first, ...)`; widths: candidates kept per distance (len <= B - 1)."""
+    tops: `mask_tops(..., first, ...)`; widths: candidates kept per distance (len <= B - 1);
+    memo: a dict shared by replays of the same s, caching the prompt-lookup drafts."""
+    memo = {} if memo is None else memo
     cand = [tops[:, i, :w].tolist() for i, w in enumerate(widths)]  # per distance: (G, w)
     c, forwards = first, 0
     drafts_from = None  # the first forward (the prompt's) has no drafts
@@ -99,7 +102,9 @@ def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...]
             while j < len(widths) and c + j + 1 < len(s) and s[c + j + 1] in cand[j][g]:
                 j += 1
             if lookup:
-                d = lookup_draft(s, c, len(widths))
+                if (c, len(widths)) not in memo:
+                    memo[(c, len(widths))] = lookup_draft(s, c, len(widths))
+                d = memo[(c, len(widths))]
                 a = 0
                 while a < len(d) and c + a + 1 < len(s) and s[c + a + 1] == d[a]:
                     a += 1
@@ -129,26 +134,81 @@ def parse_trees(text: str) -> list[tuple[int, ...]]:
     return trees
 
 
+def repeats(ids: list[int], n: int = 16) -> bool:
+    """Whether some n tokens occur twice in `ids` (a small model looping on itself)."""
+    seen = set()
+    for i in range(len(ids) - n + 1):
+        key = tuple(ids[i:i + n])
+        if key in seen:
+            return True
+        seen.add(key)
+    return False
+
+
+def summarise(path: str) -> dict:
+    """{group: {variant: tokens per forward}} over the replay records, per category, overall and
+    for outputs with and without a repeated 16-gram; variant "measured" is the decoder's own count."""
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    variants = ["measured_lossless"] + [k for k in rows[0] if "," in k]
+    groups = defaultdict(list)
+    for r in rows:
+        groups[r["category"]].append(r)
+        groups["overall"].append(r)
+        groups["repeating" if r["repeats"] else "not repeating"].append(r)
+    return {g: {"n": len(rs), **{v: round(sum(r["tokens"] for r in rs) / sum(r[v] for r in rs), 3) for v in variants}}
+            for g, rs in sorted(groups.items(), key=lambda kv: (kv[0] in ("overall", "repeating", "not repeating"), kv[0]))}
+
+
+def table(summary: dict) -> str:
+    variants = [v for v in next(iter(summary.values())) if v != "n"]
+    head = ["drafts (nodes)"] + [f"{g} ({s['n']})" for g, s in summary.items()]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for v in variants:
+        if v == "measured_lossless":
+            name = "lossless as decoded"
+        else:
+            widths, _, extra = v.partition("+")
+            w = tuple(int(x) for x in widths.split(","))
+            name = f"top-{'/'.join(map(str, w))} ({nodes(w) + (len(w) if extra else 0)})" + (" + lookup" if extra else "")
+            if not any(w):
+                name = f"prompt lookup alone ({len(w)})"
+        lines.append(f"| {name} | " + " | ".join(f"{s[v]:.2f}" for s in summary.values()) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.real_eval import read_set
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, help="a real_eval folder with the model's ar and lossless outputs")
-    p.add_argument("--spec-bench", required=True, help="the question.jsonl that run read")
+    p.add_argument("--run", help="a real_eval folder with the model's ar and lossless outputs")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--spec-bench", help="the prompt file that run read: Spec-Bench's question.jsonl, ...")
+    src.add_argument("--self-instruct", help="... self-instruct's user_oriented_instructions.jsonl ...")
+    src.add_argument("--prompts", help="... or a file of our own {id, prompt} records")
     p.add_argument("--model", default="smollm2-135m-mars")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--trees", default="1,1,1 2,1,1 2,2,1 3,2,1 4,2,2 8,1,1")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--out", required=True, help="a jsonl of per-prompt forwards (resumed)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--table", action="store_true", help="print the table of --out and stop")
     args = p.parse_args(argv)
+    if args.table:
+        print(table(summarise(args.out)))
+        return 0
+    sets = [(k, v) for k, v in (("spec-bench", args.spec_bench), ("self-instruct", args.self_instruct),
+                                 ("ours", args.prompts)) if v]
+    if not (args.run and sets):
+        print("error: --run and the prompt file it read are needed (or --table to print a finished replay)")
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         trees = parse_trees(args.trees)
         if max(len(w) for w in trees) > args.block_size - 1:
             raise ValueError(f"a tree is deeper than block_size - 1 = {args.block_size - 1}")
-        prompts = {r["id"]: r for r in read_set("spec-bench", args.spec_bench)}
+        prompts = {r["id"]: r for r in read_set(*sets[0])}
         model, tok = load_model(args.model, dtype="float32")
     except (ValueError, OSError) as e:
         print(f"error: {e}")
@@ -174,10 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         with torch.inference_mode():
             tops = mask_tops(model, s, first, mask_id, args.block_size, kmax)
         rec = {"id": pid, "category": ar["category"], "tokens": ar["tokens"],
-               "measured_lossless": ll["forwards"], "identical": ll["ids"] == ar["ids"]}
+               "measured_lossless": ll["forwards"], "identical": ll["ids"] == ar["ids"],
+               "repeats": repeats(ar["ids"])}
+        memo: dict = {}
         for w in trees:
             rec[",".join(map(str, w))] = replay(s, first, tops, w)
-        rec["1,1,1+lookup"] = replay(s, first, tops, (1,) * (args.block_size - 1), lookup=True)
+            rec[",".join(map(str, w)) + "+lookup"] = replay(s, first, tops, w, lookup=True, memo=memo)
+        depth = args.block_size - 1  # prompt lookup alone: no mask candidates, the lookup chain only
+        rec[",".join(["0"] * depth) + "+lookup"] = replay(s, first, tops, (0,) * depth, lookup=True, memo=memo)
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
         print(f"{n + 1}/{len(todo)} {pid} {ar['category']}: measured {ll['forwards']}, "

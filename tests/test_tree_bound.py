@@ -1,5 +1,6 @@
 """benchmarks.tree_bound: mask predictions of the one-forward layout against plain MARS forwards,
 the replay against hand-counted steps and against a real lossless decode."""
+import json
 import os
 
 import pytest
@@ -108,3 +109,26 @@ def test_replay_of_top1_drafts_counts_the_forwards_of_a_real_lossless_decode(bun
         tops = mask_tops(model, s, len(prompt) - 1, tok.mask_token_id, 4, 1)
         forwards = sum(1 for step in ll.stats.accepted_per_step if step[i] > 0)
         assert replay(s, len(prompt) - 1, tops, (1, 1, 1)) == forwards, p
+
+
+def test_the_command_replays_a_real_eval_run_resumably_and_prints_its_table(tmp_path, capsys):
+    from benchmarks import real_eval, tree_bound
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": i, "prompt": q}) + "\n" for i, (q, _) in enumerate(CASES[:3])))
+    model = os.path.join(ROOT, "tiny-mars-b4")
+    assert real_eval.main(["--model", model, "--prompts", str(prompts), "--out", str(tmp_path / "r"), "--taus", "",
+                           "--max-new-tokens", "24"]) == 0
+    args = ["--model", model, "--run", str(tmp_path / "r"), "--prompts", str(prompts), "--out", str(tmp_path / "t.jsonl"),
+            "--trees", "1,1,1 2,1,1"]
+    assert tree_bound.main(args) == 0 and tree_bound.main(args) == 0
+    rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(rows) == 3  # nothing replayed twice
+    assert all(r["1,1,1"] == r["measured_lossless"] for r in rows)
+    assert all(r["2,1,1"] <= r["1,1,1"] and r["1,1,1+lookup"] <= r["1,1,1"] for r in rows)
+    capsys.readouterr()
+    assert tree_bound.main(["--out", str(tmp_path / "t.jsonl"), "--table"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("| lossless as decoded |") and any("prompt lookup alone (3)" in x for x in lines)
+    assert tree_bound.main(["--out", str(tmp_path / "t.jsonl")]) == 2  # no run: one line, no traceback
+    assert capsys.readouterr().out.startswith("error: ")
