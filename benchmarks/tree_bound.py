@@ -226,8 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     kmax = max(max(w) for w in trees)
     for n, pid in enumerate(todo):
         ar, ll = runs[pid]["ar"], runs[pid]["lossless"]
-        prompt = encode_prompt(tok, prompts[pid]["prompt"])
-        assert len(prompt) == ar["prompt_tokens"], f"prompt {pid} encodes differently from the run"
+        prompt = encode_prompt(tok, prompts[pid]["prompt"]) if pid in prompts else None
+        if prompt is None or len(prompt) != ar["prompt_tokens"]:
+            print(f"error: prompt {pid!r} of the run is {'not in' if prompt is None else 'encoded differently from'} "
+                  "the prompt file given (pass the file and the model the run used)")
+            return 2
         # the run stores the output without its stop token; the forward that emitted it counts
         out = ar["ids"] + ([stop_ids[0]] if ar["forwards"] > ar["tokens"] else [])
         s, first = prompt + out, len(prompt) - 1

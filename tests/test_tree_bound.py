@@ -132,3 +132,8 @@ def test_the_command_replays_a_real_eval_run_resumably_and_prints_its_table(tmp_
     assert lines[2].startswith("| lossless as decoded |") and any("prompt lookup alone (3)" in x for x in lines)
     assert tree_bound.main(["--out", str(tmp_path / "t.jsonl")]) == 2  # no run: one line, no traceback
     assert capsys.readouterr().out.startswith("error: ")
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"id": 0, "prompt": "something else entirely, and longer"}) + "\n")
+    assert tree_bound.main([*args[:4], "--prompts", str(other), "--out", str(tmp_path / "u.jsonl")]) == 2
+    said = capsys.readouterr().out  # prompts 1 and 2 are missing, prompt 0 is another text
+    assert said.startswith("error: prompt ") and "the prompt file given" in said
