@@ -73,24 +73,31 @@ def mask_tops(model, s: list[int], first: int, mask_id: int, B: int, k: int) -> 
     return mask_logits(model, s, first, mask_id, B).topk(k, dim=-1).indices
 
 
-def lookup_draft(s: list[int], c: int, n_draft: int, max_ngram: int = 3) -> list[int]:
-    """Prompt-lookup drafts after s[:c+1]: the tokens after the latest earlier occurrence of its
-    last n-gram (n = max_ngram down to 1); [] when none occurs."""
+def lookup_match(s: list[int], c: int, n_draft: int, max_ngram: int = 3) -> tuple[int, list[int]]:
+    """Prompt lookup after s[:c+1]: (n, the tokens after the latest earlier occurrence of its last
+    n-gram), n from max_ngram down to 1; (0, []) when none occurs."""
     text = s[: c + 1]
     for n in range(min(max_ngram, len(text) - 1), 0, -1):
         tail = text[-n:]
         for start in range(len(text) - n - 1, -1, -1):
             if text[start:start + n] == tail:
-                return text[start + n:start + n + n_draft]
-    return []
+                return n, text[start + n:start + n + n_draft]
+    return 0, []
+
+
+def lookup_draft(s: list[int], c: int, n_draft: int, max_ngram: int = 3) -> list[int]:
+    """The prompt-lookup drafts after s[:c+1]; [] when its last token never occurred before."""
+    return lookup_match(s, c, n_draft, max_ngram)[1]
 
 
 def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...], lookup: bool = False,
-           memo: dict | None = None) -> int:
+           memo: dict | None = None, switch: int = 0) -> int:
     """Forwards a lossless decode with these drafts takes to emit s[first + 1:] (the prompt is s[:first + 1]).
 
     tops: `mask_tops(..., first, ...)`; widths: candidates kept per distance (len <= B - 1);
-    memo: a dict shared by replays of the same s, caching the prompt-lookup drafts."""
+    lookup: a prompt-lookup chain beside the tree, the better branch counts; switch >= 1: one
+    chain, the lookup drafts where the text's last `switch`-gram (or a longer one) occurred
+    before, else the mask drafts; memo: a dict shared by replays of the same s (lookups)."""
     memo = {} if memo is None else memo
     cand = [tops[:, i, :w].tolist() for i, w in enumerate(widths)]  # per distance: (G, w)
     c, forwards = first, 0
@@ -98,13 +105,14 @@ def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...]
     while c < len(s) - 1:
         j = 0
         if drafts_from is not None:
-            g = drafts_from - first
-            while j < len(widths) and c + j + 1 < len(s) and s[c + j + 1] in cand[j][g]:
-                j += 1
-            if lookup:
-                if (c, len(widths)) not in memo:
-                    memo[(c, len(widths))] = lookup_draft(s, c, len(widths))
-                d = memo[(c, len(widths))]
+            if (lookup or switch) and (c, len(widths)) not in memo:
+                memo[(c, len(widths))] = lookup_match(s, c, len(widths))
+            n, d = memo[(c, len(widths))] if lookup or switch else (0, [])
+            if not (switch and n >= switch):
+                g = drafts_from - first
+                while j < len(widths) and c + j + 1 < len(s) and s[c + j + 1] in cand[j][g]:
+                    j += 1
+            if lookup or (switch and n >= switch):
                 a = 0
                 while a < len(d) and c + a + 1 < len(s) and s[c + a + 1] == d[a]:
                     a += 1
@@ -150,7 +158,7 @@ def summarise(path: str) -> dict:
     for outputs with and without a repeated 16-gram; variant "measured" is the decoder's own count."""
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    variants = ["measured_lossless"] + [k for k in rows[0] if "," in k]
+    variants = ["measured_lossless"] + [k for k in rows[0] if "," in k or k.startswith("switch-")]
     groups = defaultdict(list)
     for r in rows:
         groups[r["category"]].append(r)
@@ -167,6 +175,8 @@ def table(summary: dict) -> str:
     for v in variants:
         if v == "measured_lossless":
             name = "lossless as decoded"
+        elif v.startswith("switch-"):
+            name = f"one chain: lookup where a {v[7:]}+-gram matched, else masks (3)"
         else:
             widths, _, extra = v.partition("+")
             w = tuple(int(x) for x in widths.split(","))
@@ -245,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             rec[",".join(map(str, w)) + "+lookup"] = replay(s, first, tops, w, lookup=True, memo=memo)
         depth = args.block_size - 1  # prompt lookup alone: no mask candidates, the lookup chain only
         rec[",".join(["0"] * depth) + "+lookup"] = replay(s, first, tops, (0,) * depth, lookup=True, memo=memo)
+        for n_min in (1, 2, 3):  # one chain: lookup drafts where an n-gram of at least n_min matched
+            rec[f"switch-{n_min}"] = replay(s, first, tops, (1,) * depth, memo=memo, switch=n_min)
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
         print(f"{n + 1}/{len(todo)} {pid} {ar['category']}: measured {ll['forwards']}, "

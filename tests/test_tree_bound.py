@@ -137,3 +137,19 @@ def test_the_command_replays_a_real_eval_run_resumably_and_prints_its_table(tmp_
     assert tree_bound.main([*args[:4], "--prompts", str(other), "--out", str(tmp_path / "u.jsonl")]) == 2
     said = capsys.readouterr().out  # prompts 1 and 2 are missing, prompt 0 is another text
     assert said.startswith("error: prompt ") and "the prompt file given" in said
+
+
+def test_switch_takes_lookup_drafts_only_where_a_long_enough_ngram_matched():
+    repeat = [1, 7, 8, 9, 4, 7, 8, 9, 4, 7]  # prompt [1]
+    wrong = torch.zeros(len(repeat) - 1, 3, 1, dtype=torch.long)
+    assert replay(repeat, 0, wrong, (1, 1, 1)) == 9
+    # switch 1: at "...4 7" the 1-gram 7 occurred before: lookup drafts 8 9 4, all accepted, 7 the AR token
+    assert replay(repeat, 0, wrong, (1, 1, 1), switch=1) == 6
+    # switch 2: the masks draft (wrongly) until "7 8" (a 2-gram seen before): lookup 9 4 7
+    assert replay(repeat, 0, wrong, (1, 1, 1), switch=2) == 7
+    # switch 3: until "7 8 9": lookup 4 7
+    assert replay(repeat, 0, wrong, (1, 1, 1), switch=3) == 8
+    good = wrong.clone()
+    good[4, :, 0] = torch.tensor([8, 9, 4])  # the masks after "...9 4" are right
+    assert replay(repeat, 0, good, (1, 1, 1)) == 6
+    assert replay(repeat, 0, good, (1, 1, 1), switch=3) == 6  # no 3-gram has matched there: masks draft
