@@ -32,6 +32,7 @@ from collections import defaultdict
 import torch
 
 from mars_core import load_model
+from mars_core.lookup import lookup_match
 from mars_core.masks import for_model
 from mars_core.prompts import encode_prompt, special_ids
 
@@ -73,21 +74,9 @@ def mask_tops(model, s: list[int], first: int, mask_id: int, B: int, k: int) -> 
     return mask_logits(model, s, first, mask_id, B).topk(k, dim=-1).indices
 
 
-def lookup_match(s: list[int], c: int, n_draft: int, max_ngram: int = 3) -> tuple[int, list[int]]:
-    """Prompt lookup after s[:c+1]: (n, the tokens after the latest earlier occurrence of its last
-    n-gram), n from max_ngram down to 1; (0, []) when none occurs."""
-    text = s[: c + 1]
-    for n in range(min(max_ngram, len(text) - 1), 0, -1):
-        tail = text[-n:]
-        for start in range(len(text) - n - 1, -1, -1):
-            if text[start:start + n] == tail:
-                return n, text[start + n:start + n + n_draft]
-    return 0, []
-
-
 def lookup_draft(s: list[int], c: int, n_draft: int, max_ngram: int = 3) -> list[int]:
     """The prompt-lookup drafts after s[:c+1]; [] when its last token never occurred before."""
-    return lookup_match(s, c, n_draft, max_ngram)[1]
+    return lookup_match(s[: c + 1], n_draft, max_ngram)[1]
 
 
 def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...], lookup: bool = False,
@@ -106,7 +95,7 @@ def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...]
         j = 0
         if drafts_from is not None:
             if (lookup or switch) and (c, len(widths)) not in memo:
-                memo[(c, len(widths))] = lookup_match(s, c, len(widths))
+                memo[(c, len(widths))] = lookup_match(s[: c + 1], len(widths))
             n, d = memo[(c, len(widths))] if lookup or switch else (0, [])
             if not (switch and n >= switch):
                 g = drafts_from - first

@@ -81,6 +81,10 @@ class DecodeConfig:
                       or "ends" (after none and after all drafts accepted). "last" is the fastest
                       on the bundled model (docs/lossless.md); the output of "lossless" never
                       depends on it.
+    prompt_lookup:    0 (off) or n in 1..3, "lossless" only, greedy, eager: where the text's last
+                      n-gram (or a longer one) occurred before, the drafts are the tokens that
+                      followed it instead of the mask predictions (`drafter.LookupDrafter`); the
+                      output is still exactly AR's (docs/tree-drafts.md has the measurements).
 
     "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
     not used by "lossless" (its output never depends on it).
@@ -101,6 +105,7 @@ class DecodeConfig:
     draft_block_size: int = 1
     draft_tau: float = 0.95
     draft_groups: str = "last"
+    prompt_lookup: int = 0
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -147,6 +152,12 @@ class DecodeConfig:
         t = self.temperature
         if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
+        _check_int("prompt_lookup", self.prompt_lookup, 0)
+        if self.prompt_lookup and (self.mode != "lossless" or self.temperature != 0 or self.compile
+                                   or self.prompt_lookup > 3):
+            raise ValueError("prompt_lookup (1..3: the shortest n-gram match that drafts) runs with mode=\"lossless\", "
+                             f"temperature 0 and compile=False; got prompt_lookup={self.prompt_lookup}, "
+                             f"mode={self.mode!r}, temperature={self.temperature}, compile={self.compile!r}")
 
     @property
     def effective_block_size(self) -> int:

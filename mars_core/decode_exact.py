@@ -35,7 +35,7 @@ import torch
 
 from .acceptance import choose_tokens, confidence
 from .decoding import Rows, StepEvent
-from .drafter import Drafter, SelfDrafter
+from .drafter import Drafter, LookupDrafter, SelfDrafter
 from .speculative import ModelDrafter, vocab_size
 from .verify import after_drafts, block_after, draft_confidence, verify_drafts
 from .verify_forward import CursorContext, NoCacheContext
@@ -87,6 +87,8 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
     if drafter is None and spec:
         draft_ctx = _context(draft_model, rows, K + 2 * cfg.draft_block_size, mask_id, pad_id)
         drafter = ModelDrafter(draft_ctx, rows, K, V)
+    elif drafter is None and cfg.prompt_lookup:
+        drafter = LookupDrafter(rows.prompts, K, cfg.prompt_lookup)
     elif drafter is None:
         drafter = SelfDrafter(len(rows.prompts), K)
     feed = [list(p) for p in rows.prompts]  # the target's new real tokens

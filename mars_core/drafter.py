@@ -2,8 +2,8 @@
 
 A drafter is asked for drafts before every forward of `decode_exact` and told afterwards what the
 verification kept, as transformers' `CandidateGenerator` is (`get_candidates` /
-`update_candidate_strategy`). Three implement it: `SelfDrafter` (lossless MARS: the previous
-forward's mask predictions), `speculative.ModelDrafter` (a draft model, mode "spec") and the
+`update_candidate_strategy`). Four implement it: `SelfDrafter` (lossless MARS: the previous
+forward's mask predictions), `LookupDrafter` (those, or prompt-lookup drafts where the text repeats), `speculative.ModelDrafter` (a draft model, mode "spec") and the
 tests' scripted drafters.
 """
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import torch
+
+from .lookup import lookup_match
 
 
 @runtime_checkable
@@ -52,3 +54,37 @@ class SelfDrafter:
         self.drafts = [self.drafts[i] for i in keep]
         if self.q is not None:
             self.q = self.q[torch.tensor(keep, dtype=torch.long, device=self.q.device)]
+
+
+class LookupDrafter(SelfDrafter):
+    """Lossless MARS that drafts by prompt lookup where the text repeats, by its masks elsewhere.
+
+    Before each forward after the first, a row whose last `min_ngram`-gram (or a longer one, up
+    to 3) occurred earlier in its prompt or output proposes the tokens that followed it
+    (`lookup.lookup_match`); any other row proposes its mask predictions. One chain of at most
+    B - 1 drafts either way, so the forward is as wide as plain lossless MARS's; greedy only.
+    """
+
+    def __init__(self, prompts: list[list[int]], K: int, min_ngram: int):
+        super().__init__(len(prompts), K)
+        self.texts = [list(p) for p in prompts]
+        self.started = [False] * len(prompts)  # the first forward drafts nothing, as SelfDrafter's
+        self.min_ngram = min_ngram
+
+    def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
+        out = []
+        for text, masks, started in zip(self.texts, self.drafts, self.started):
+            n, copied = lookup_match(text, self.K) if started else (0, [])
+            out.append(copied if n >= self.min_ngram and copied else masks)
+        return out, None
+
+    def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]], q: torch.Tensor | None) -> None:
+        for text, e in zip(self.texts, emitted):
+            text.extend(e)
+        self.started = [True] * len(self.texts)
+        super().update(j, emitted, drafts, q)
+
+    def select(self, keep: list[int]) -> None:
+        self.texts = [self.texts[i] for i in keep]
+        self.started = [self.started[i] for i in keep]
+        super().select(keep)

@@ -1,0 +1,66 @@
+"""Lossless MARS with prompt-lookup drafts: AR's output, the forwards the replay counts, the rule."""
+import os
+
+import pytest
+import torch
+
+from benchmarks.tree_bound import mask_tops, replay
+from mars_core import DecodeConfig, generate, load_model
+from mars_core.lookup import lookup_match
+from mars_core.prompts import encode_prompt, special_ids
+from test_bundled_models import CASES, ROOT
+
+
+def test_lookup_match_takes_the_latest_occurrence_of_the_longest_ngram():
+    a, b, c, x = 1, 2, 3, 9
+    assert lookup_match([a, b, c, x, a, b], 3) == (2, [c, x, a])
+    assert lookup_match([a, b, c, a, b, x, a, b], 2) == (2, [x, a])  # the latest "a b"
+    assert lookup_match([c, a, b, x, b], 3) == (1, [x, b])  # only "b" occurred before
+    assert lookup_match([a, b, c], 3) == (0, [])
+    assert lookup_match([a], 3) == (0, [])
+
+
+@pytest.mark.parametrize("cache", ["cursor", "none"])
+def test_lookup_drafts_keep_the_output_exactly_ar(model, tokenizer, cache):
+    prompts = ["the the the the the", "Tom has 12 apples. Tom has 12 apples. Tom has", "Hi"]
+    cfg = dict(max_new_tokens=24, block_size=4)
+    ar = generate(model, tokenizer, prompts, DecodeConfig(mode="ar", **cfg))
+    for n in (1, 3):
+        res = generate(model, tokenizer, prompts, DecodeConfig(mode="lossless", cache=cache, prompt_lookup=n, **cfg))
+        assert res.token_ids == ar.token_ids
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return load_model(os.path.join(ROOT, "tiny-mars-b4"), device="cpu")
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n):
+    """The replay (`benchmarks.tree_bound`) applies the rule to the known AR output with no
+    decoder: an oracle for which drafts each step takes and how many are accepted."""
+    model, tok = bundled
+    prompts = [q for q, _ in CASES[:4]]
+    cfg = dict(block_size=4, max_new_tokens=64, cache="cursor")
+    ar = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
+    res = generate(model, tok, prompts, DecodeConfig(mode="lossless", draft_groups="all", prompt_lookup=n, **cfg))
+    assert res.token_ids == ar.token_ids
+    _, _, stop_ids = special_ids(model, tok)
+    differ = 0
+    for i, p in enumerate(prompts):
+        prompt = encode_prompt(tok, p)
+        s = prompt + ar.token_ids[i] + ([stop_ids[0]] if len(ar.token_ids[i]) < 64 else [])
+        tops = mask_tops(model, s, len(prompt) - 1, tok.mask_token_id, 4, 1)
+        forwards = sum(1 for step in res.stats.accepted_per_step if step[i] > 0)
+        assert forwards == replay(s, len(prompt) - 1, tops, (1, 1, 1), switch=n), p
+        differ += forwards != replay(s, len(prompt) - 1, tops, (1, 1, 1))
+    assert differ  # the lookup drafts were used on some prompt (else this test could not see them)
+
+
+def test_prompt_lookup_is_refused_where_it_does_not_run():
+    for bad in (dict(mode="mars"), dict(mode="lossless", temperature=0.7), dict(mode="lossless", prompt_lookup=4),
+                dict(mode="lossless", compile=True)):
+        with pytest.raises(ValueError, match="prompt_lookup"):
+            DecodeConfig(**{"prompt_lookup": 2, **bad})
+    with pytest.raises(ValueError, match="prompt_lookup must be >= 0"):
+        DecodeConfig(mode="lossless", prompt_lookup=-1)
