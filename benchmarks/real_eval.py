@@ -65,16 +65,20 @@ def read_set(kind: str, path: str, limit: int | None = None, per_category: int |
 
 
 def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True,
-             draft_groups: str = "all") -> dict[str, DecodeConfig]:
-    """AR, MARS at each tau, lossless MARS. Lossless carries a mask group after every possible
-    accept count ("all"): on a real model most steps reject a draft, and "last" would then have
-    no drafts for the next step (docs/lossless.md)."""
+             draft_groups: str = "all", prompt_lookup: int = 0) -> dict[str, DecodeConfig]:
+    """AR, MARS at each tau, lossless MARS (and with prompt-lookup drafts where `prompt_lookup`).
+    Lossless carries a mask group after every possible accept count ("all"): on a real model
+    most steps reject a draft, and "last" would then have no drafts for the next step
+    (docs/lossless.md)."""
     out = {"ar": DecodeConfig(mode="ar", cache="cursor")} if ar else {}
     for tau in taus:
         out[f"mars-{tau:g}"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor")
     if lossless:
         out["lossless"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor",
                                        draft_groups=draft_groups)
+    if prompt_lookup:
+        out[f"lossless-lookup{prompt_lookup}"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor",
+                                                              draft_groups=draft_groups, prompt_lookup=prompt_lookup)
     return out
 
 
@@ -177,7 +181,7 @@ def tau_of(setting: str) -> float | None:
 def ordered(summary: dict) -> list[str]:
     """The settings as AR, MARS from the highest tau down, then lossless, whatever order a sweep
     run in stages wrote them in."""
-    return sorted(summary, key=lambda s: (s != "ar", s == "lossless", -(tau_of(s) or 0.0)))
+    return sorted(summary, key=lambda s: (s != "ar", s.startswith("lossless"), s != "lossless", -(tau_of(s) or 0.0)))
 
 
 def table(summary: dict) -> str:
@@ -208,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-lossless", action="store_true")
     p.add_argument("--no-ar", action="store_true", help="skip AR (then no identity figures)")
     p.add_argument("--draft-groups", default="all", help="lossless layout: all, last or ends")
+    p.add_argument("--prompt-lookup", type=int, default=0,
+                   help="also lossless MARS with prompt-lookup drafts where an n-gram of at least this length matched")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16)
@@ -235,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     taus = [float(t) for t in args.taus.split(",") if t.strip()]
     with torch.inference_mode():
         for name, config in settings(taus, not args.no_lossless, args.block_size, not args.no_ar,
-                                          args.draft_groups).items():
+                                          args.draft_groups, args.prompt_lookup).items():
             run_setting(model, tokenizer, name, config, prompts, out_path, args.batch_size, args.max_new_tokens,
                         log=lambda s: print(s, flush=True))
     summary = summarise(out_path, {p["id"] for p in prompts})
