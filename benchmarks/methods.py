@@ -96,7 +96,7 @@ def methods_doc() -> str:
     lines = []
     for name, e in _REGISTRY.items():
         for k, text in enumerate(e.help.splitlines() if isinstance(e, Method) else e.doc.splitlines()):
-            lines.append(f"  {name if k == 0 else '':<19}{text}")
+            lines.append(f"  {name if k == 0 else '':<21}{text}")
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ def _decode(model, tok, ids, cfg: DecodeConfig, draft=None, counter=None):
 
 def run_lossless(method: Method, model, tok, ids, tau, args, counter):
     cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens,
-                       compile=method.compile)
+                       compile=method.compile, prompt_lookup=2 if method.name == "mars-lossless-lookup" else 0)
     return _decode(model, tok, ids, cfg, counter=counter if method.compile else None)
 
 
@@ -91,6 +91,9 @@ register(Method("hf-generate-mars", "mars", run_hf, reference=True,
 register(Method("mars-lossless", "mars", run_lossless, "cursor", exact=True,
                 help="lossless MARS: the model's mask predictions are drafts its next forward\n"
                      "verifies (cursor cache); token for token AR"))
+register(Method("mars-lossless-lookup", "mars", run_lossless, "cursor", exact=True,
+                help="lossless MARS drafting by prompt lookup where the text's last 2-gram occurred\n"
+                     "before, by its masks elsewhere (`prompt_lookup=2`); token for token AR"))
 register(Method("mars-lossless-compiled", "mars", run_lossless, "cursor", exact=True, warm_every_chunk=True,
                 compile=True, help="lossless MARS on the static-shape cursor cache under `torch.compile`\n"
                                    "(greedy; `compile=True`); token for token AR"))
