@@ -3,8 +3,9 @@
 A drafter is asked for drafts before every forward of `decode_exact` and told afterwards what the
 verification kept, as transformers' `CandidateGenerator` is (`get_candidates` /
 `update_candidate_strategy`). Four implement it: `SelfDrafter` (lossless MARS: the previous
-forward's mask predictions), `LookupDrafter` (those, or prompt-lookup drafts where the text repeats), `speculative.ModelDrafter` (a draft model, mode "spec") and the
-tests' scripted drafters.
+forward's mask predictions), `LookupDrafter` (those, or prompt-lookup drafts where the text
+repeats), `speculative.ModelDrafter` (a draft model, mode "spec") and the tests' scripted
+drafters.
 """
 from __future__ import annotations
 
