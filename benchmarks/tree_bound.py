@@ -74,11 +74,6 @@ def mask_tops(model, s: list[int], first: int, mask_id: int, B: int, k: int) -> 
     return mask_logits(model, s, first, mask_id, B).topk(k, dim=-1).indices
 
 
-def lookup_draft(s: list[int], c: int, n_draft: int, max_ngram: int = 3) -> list[int]:
-    """The prompt-lookup drafts after s[:c+1]; [] when its last token never occurred before."""
-    return lookup_match(s[: c + 1], n_draft, max_ngram)[1]
-
-
 def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...], lookup: bool = False,
            memo: dict | None = None, switch: int = 0) -> int:
     """Forwards a lossless decode with these drafts takes to emit s[first + 1:] (the prompt is s[:first + 1]).

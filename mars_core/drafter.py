@@ -69,23 +69,22 @@ class LookupDrafter(SelfDrafter):
     def __init__(self, prompts: list[list[int]], K: int, min_ngram: int):
         super().__init__(len(prompts), K)
         self.texts = [list(p) for p in prompts]
-        self.started = [False] * len(prompts)  # the first forward drafts nothing, as SelfDrafter's
+        self.started = False  # the first forward drafts nothing, as SelfDrafter's (rows only ever leave)
         self.min_ngram = min_ngram
 
     def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
         out = []
-        for text, masks, started in zip(self.texts, self.drafts, self.started):
-            n, copied = lookup_match(text, self.K) if started else (0, [])
+        for text, masks in zip(self.texts, self.drafts):
+            n, copied = lookup_match(text, self.K) if self.started else (0, [])
             out.append(copied if n >= self.min_ngram and copied else masks)
         return out, None
 
     def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]], q: torch.Tensor | None) -> None:
         for text, e in zip(self.texts, emitted):
             text.extend(e)
-        self.started = [True] * len(self.texts)
+        self.started = True
         super().update(j, emitted, drafts, q)
 
     def select(self, keep: list[int]) -> None:
         self.texts = [self.texts[i] for i in keep]
-        self.started = [self.started[i] for i in keep]
         super().select(keep)

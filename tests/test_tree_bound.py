@@ -6,9 +6,10 @@ import os
 import pytest
 import torch
 
-from benchmarks.tree_bound import lookup_draft, mask_logits, mask_tops, nodes, parse_trees, replay
+from benchmarks.tree_bound import mask_logits, mask_tops, nodes, parse_trees, replay
 from mars_core import DecodeConfig, load_model
 from mars_core.generate import generate
+from mars_core.lookup import lookup_match
 from mars_core.prompts import encode_prompt, special_ids
 from test_bundled_models import CASES, ROOT
 
@@ -74,10 +75,10 @@ def test_replay_width_and_lookup_accept_what_top1_misses():
 
 
 def test_lookup_draft_takes_the_latest_earlier_match_of_the_longest_ngram():
-    assert lookup_draft([5, 1, 2, 3, 9, 1, 2, 4, 8, 1, 2], 10, 3) == [4, 8, 1]  # latest "1 2"
-    assert lookup_draft([5, 1, 2, 3, 7, 2, 6, 1, 2], 8, 2) == [3, 7]  # "1 2" beats the later "2"
-    assert lookup_draft([1, 2, 3], 2, 3) == []
-    assert lookup_draft([4, 4], 1, 3) == [4]
+    assert lookup_match([5, 1, 2, 3, 9, 1, 2, 4, 8, 1, 2], 3)[1] == [4, 8, 1]  # latest "1 2"
+    assert lookup_match([5, 1, 2, 3, 7, 2, 6, 1, 2], 2)[1] == [3, 7]  # "1 2" beats the later "2"
+    assert lookup_match([1, 2, 3], 3)[1] == []
+    assert lookup_match([4, 4], 3)[1] == [4]
 
 
 def test_nodes_and_tree_parsing():
