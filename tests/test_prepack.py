@@ -1,0 +1,74 @@
+"""oneDNN-prepacked linear layers (`mars_core.cpu.prepack`): same numbers, same weights, exact decoding."""
+import os
+
+import pytest
+import torch
+
+from conftest import make_model
+from mars_core import DecodeConfig, generate, load_model
+from mars_core.cpu import PackedLinear, prepack
+from test_bundled_models import ROOT
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(5, 24), (2, 7, 24), (1, 1, 24)])
+def test_packed_linear_computes_x_times_w_transposed_plus_b(bias, shape):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(24, 40, bias=bias)
+    seq = torch.nn.Sequential(lin)
+    assert prepack(seq) == (1, None) and isinstance(seq[0], PackedLinear)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        want = x @ lin.weight.T + (lin.bias if bias else 0)  # the rule, not nn.Linear's code
+        got = seq(x)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_a_prepacked_model_gives_the_same_logits_and_keeps_its_weights(kind):
+    model = make_model(kind, 96)
+    ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+    before = {k: v.data_ptr() for k, v in model.state_dict().items()}
+    linears = sum(type(m) is torch.nn.Linear for m in model.modules())
+    n, note = prepack(model)
+    assert note is None and n == linears == sum(isinstance(m, PackedLinear) for m in model.modules())
+    assert {k: v.data_ptr() for k, v in model.state_dict().items()} == before  # same keys, same tensors
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_prepacked_model_refuses_to_be_trained():
+    model = make_model("llama", 96)
+    prepack(model)
+    with pytest.raises(RuntimeError, match="inference"):
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+
+
+def test_packing_is_all_or_nothing():
+    """bf16 packs only where oneDNN has the instructions for it; elsewhere nothing is swapped."""
+    model = make_model("qwen2", 96).to(torch.bfloat16)
+    n, note = prepack(model)
+    packed = sum(isinstance(m, PackedLinear) for m in model.modules())
+    assert (n, packed, note) in ((0, 0, note), (7 * 2 + 1, 7 * 2 + 1, None))
+    assert n or "bfloat16" in note
+
+
+@pytest.mark.parametrize("mode", ["mars", "lossless"])
+def test_decoding_a_prepacked_bundled_model(mode):
+    """load_model(prepack=True): the lossless output is the packed model's own AR output, and tau 1
+    is AR, on the bundled MARS model (trained, so its argmaxes are not near ties)."""
+    path = os.path.join(ROOT, "tiny-mars-b4")
+    model, tok = load_model(path, device="cpu", prepack=True)
+    assert isinstance(model.lm_head, PackedLinear) and model.mars_dtype_note is None
+    plain, _ = load_model(path, device="cpu")
+    prompts = ["What is 17 + 25?", "Compute 3 * 14.", "Hi"]
+    cfg = dict(block_size=4, max_new_tokens=40)
+    ar = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
+    extra = dict(tau=1.0) if mode == "mars" else dict(prompt_lookup=2)
+    res = generate(model, tok, prompts, DecodeConfig(mode=mode, **extra, **cfg))
+    assert res.token_ids == ar.token_ids
+    assert ar.token_ids == generate(plain, tok, prompts, DecodeConfig(mode="ar", **cfg)).token_ids
+    assert res.stats.tokens_per_forward > 1.2 or mode == "mars"
