@@ -69,6 +69,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="weights and compute dtype of both models (default float32, as the bundled models are saved)")
+    p.add_argument("--prepack", action="store_true",
+                   help="both models' linear layers on oneDNN's prepacked matmul (CPU; mars_core.cpu.prepack), every method alike")
     p.add_argument("--output", default="bench", help="folder for bench.md, bench.json, bench.html (default ./bench)")
     return p
 

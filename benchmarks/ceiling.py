@@ -157,6 +157,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--prepack", action="store_true",
+                   help="linear layers on oneDNN's prepacked matmul (CPU; mars_core.cpu.prepack)")
     p.add_argument("--output", help="also write ceiling.md and ceiling.json here")
     args = p.parse_args(argv)
     if not (args.model or args.config or args.shape):
@@ -173,6 +175,13 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     try:
         model, name = build_model(args)
+        if args.prepack:
+            from mars_core.cpu import prepack
+
+            _, note = prepack(model)
+            if note:
+                raise ValueError(f"--prepack: {note}")
+            name += ", linear layers prepacked for oneDNN"
         limit = context_limit(model)
         if limit is not None and args.context + max(args.new_tokens) > limit:
             raise ValueError(f"--context {args.context} + {max(args.new_tokens)} new tokens exceeds the model's {limit} positions")

@@ -102,7 +102,10 @@ def _load_models(methods: list[Method], args) -> dict:
         if path == default and not os.path.isdir(path):
             raise ValueError(f"the default {kind} model {path!r} is not built yet: run "
                              f"`python -m training.build_default`, or pass --{kind}-model")
-        models[kind] = load_model(path, device=args.device, dtype=getattr(torch, args.dtype))  # as asked, bf16 even where emulated
+        models[kind] = load_model(path, device=args.device, dtype=getattr(torch, args.dtype),  # as asked, bf16 even where emulated
+                                  prepack=args.prepack)
+        if args.prepack and models[kind][0].mars_dtype_note:  # asked to pack and could not: not the run asked for
+            raise ValueError(f"--prepack: {models[kind][0].mars_dtype_note}")
     return models
 
 
@@ -238,6 +241,7 @@ def _environment(args) -> dict:
 
     return {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "threads": torch.get_num_threads(), "device": args.device, "dtype": args.dtype, "cpu_count": os.cpu_count(),
+            "prepack": args.prepack,
             "platform": platform.platform()}
 
 

@@ -27,9 +27,10 @@ _DRAFTS: dict = {}
 def draft_model(args):
     """The draft model of --draft-model, loaded once per process (outside the timed runs: the
     warm-up calls this first)."""
-    key = (args.draft_model, args.device, args.dtype)
+    key = (args.draft_model, args.device, args.dtype, getattr(args, "prepack", False))
     if key not in _DRAFTS:
-        _DRAFTS[key] = load_model(args.draft_model, device=args.device, dtype=getattr(torch, args.dtype))[0]
+        _DRAFTS[key] = load_model(args.draft_model, device=args.device, dtype=getattr(torch, args.dtype),
+                                  prepack=getattr(args, "prepack", False))[0]
     return _DRAFTS[key]
 
 

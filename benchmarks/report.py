@@ -24,7 +24,8 @@ def table(result: dict) -> str:
     head = (f"{result['n_prompts']} prompts, max_new_tokens={result['settings']['max_new_tokens']}, "
             f"MARS block size {result['settings']['block_size']}, {result['settings']['repeats']} interleaved "
             f"repetitions (median), torch {env['torch']}, transformers {env['transformers']}, "
-            f"{env['threads']} torch threads, device {env['device']}, {env.get('dtype', 'float32')}.")
+            f"{env['threads']} torch threads, device {env['device']}, {env.get('dtype', 'float32')}"
+            f"{', linear layers prepacked for oneDNN (--prepack)' if env.get('prepack') else ''}.")
     notes = list(result["notes"])
     graphs = [f"{r['method']}{'' if r['tau'] is None else ' tau ' + format(r['tau'], 'g')} at batch {r['batch_size']}: "
               f"{r['graphs_warmup']} in warm-up, {r['graphs_timed']} while timed"
