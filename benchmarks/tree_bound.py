@@ -75,35 +75,47 @@ def mask_tops(model, s: list[int], first: int, mask_id: int, B: int, k: int) -> 
 
 
 def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...], lookup: bool = False,
-           memo: dict | None = None, switch: int = 0) -> int:
+           memo: dict | None = None, switch: int = 0, lookup_tokens: int | None = None,
+           lookup_groups: bool = True, groups: str = "all", trace: list | None = None) -> int:
     """Forwards a lossless decode with these drafts takes to emit s[first + 1:] (the prompt is s[:first + 1]).
 
     tops: `mask_tops(..., first, ...)`; widths: candidates kept per distance (len <= B - 1);
     lookup: a prompt-lookup chain beside the tree, the better branch counts; switch >= 1: one
     chain, the lookup drafts where the text's last `switch`-gram (or a longer one) occurred
-    before, else the mask drafts; memo: a dict shared by replays of the same s (lookups)."""
+    before, else the mask drafts; lookup_tokens: lookup drafts a step, at most (default
+    len(widths)); lookup_groups False: a forward drafted by lookup carries no masks, so a next
+    step without a lookup match has no drafts; groups "last" (the decoder's default layout, chains
+    only): a forward carries masks only after its last draft, so a step that rejects one leaves
+    the next without mask drafts ("all": after every draft); memo: a dict shared by replays of
+    the same s; trace: a list that receives (drafts, carries masks) per forward."""
     memo = {} if memo is None else memo
+    L = len(widths) if lookup_tokens is None else lookup_tokens
     cand = [tops[:, i, :w].tolist() for i, w in enumerate(widths)]  # per distance: (G, w)
     c, forwards = first, 0
-    drafts_from = None  # the first forward (the prompt's) has no drafts
+    started, group = False, False  # the first forward (the prompt's) has no drafts
     while c < len(s) - 1:
-        j = 0
-        if drafts_from is not None:
-            if (lookup or switch) and (c, len(widths)) not in memo:
-                memo[(c, len(widths))] = lookup_match(s[: c + 1], len(widths))
-            n, d = memo[(c, len(widths))] if lookup or switch else (0, [])
-            if not (switch and n >= switch):
-                g = drafts_from - first
+        j, copied, k = 0, False, 0
+        if started:
+            if (lookup or switch) and (c, L) not in memo:
+                memo[(c, L)] = lookup_match(s[: c + 1], L)
+            n, d = memo[(c, L)] if lookup or switch else (0, [])
+            copied = bool(switch and n >= switch)
+            k = len(d) if copied else len(widths) if group else 0
+            if not copied and group:
+                g = c - 1 - first  # the masks after the last accepted token, s[c - 1]
                 while j < len(widths) and c + j + 1 < len(s) and s[c + j + 1] in cand[j][g]:
                     j += 1
-            if lookup or (switch and n >= switch):
+            if lookup or copied:
                 a = 0
                 while a < len(d) and c + a + 1 < len(s) and s[c + a + 1] == d[a]:
                     a += 1
                 j = max(j, a)
         c += j + 1
         forwards += 1
-        drafts_from = c - 1
+        carries = lookup_groups or not copied
+        if trace is not None:
+            trace.append((k, carries))
+        started, group = True, carries and (groups == "all" or j == k)
     return forwards
 
 

@@ -88,7 +88,7 @@ class PackedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             # oneDNN's op has no autograd kernel: a backward through it would be silently wrong
-            raise RuntimeError("a prepacked model is for inference: run it under torch.no_grad(), or load it "
+            raise RuntimeError("a prepacked model is for inference: its gradients would be wrong; load it "
                                "without prepack to train")
         bias = None if self.bias is None else self.bias.detach()
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
@@ -97,6 +97,7 @@ class PackedLinear(torch.nn.Module):
 def prepack(model: torch.nn.Module, batch_hint: int = 8) -> tuple[int, str | None]:
     """Swap every plain `nn.Linear` of a CPU model for a `PackedLinear`, in place.
 
+    The model's parameters stop requiring gradients (a packed layer refuses a backward).
     Returns (layers swapped, note): the note says why nothing was swapped (not on a CPU, no
     oneDNN, a dtype this CPU cannot pack), None otherwise. `batch_hint` is the rows per call
     oneDNN's layout is tuned for; 1 to 16 measured within noise of each other here.
@@ -114,4 +115,5 @@ def prepack(model: torch.nn.Module, batch_hint: int = 8) -> tuple[int, str | Non
         return 0, f"oneDNN cannot pack {first.dtype} weights on this CPU ({str(e).splitlines()[0]}): left as it is"
     for (parent, name, child), w in zip(targets, packed):
         setattr(parent, name, PackedLinear(child, w))
+    model.requires_grad_(False)  # an inference model now: forwards outside torch.no_grad() stay legal
     return len(targets), None

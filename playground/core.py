@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mars_core.cpu import PackedLinear
+
 from .models import Catalog, Loaded, ModelStore, operator_source
 from .session import Session, SessionRegistry
 
@@ -86,8 +88,9 @@ class Core:
         mars, ar = self.models_for(session)
         dev = str(next(mars.model.parameters()).device)
         dtype = str(next(mars.model.parameters()).dtype).replace("torch.", "")
+        packed = " (oneDNN prepacked)" if any(isinstance(m, PackedLinear) for m in mars.model.modules()) else ""
         line = (f"**MARS model:** `{mars.name}` · **AR baseline:** `{ar.name if ar else '(none: MARS at 1 token/step)'}`"
-                f" · quantization: {mars.quantization} · device: {dev} · {dtype}")
+                f" · quantization: {mars.quantization} · device: {dev} · {dtype}{packed}")
         note = getattr(mars.model, "mars_dtype_note", None)
         if note:
             line += f"  \n{note}"

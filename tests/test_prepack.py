@@ -43,6 +43,8 @@ def test_a_prepacked_model_gives_the_same_logits_and_keeps_its_weights(kind):
 def test_a_prepacked_model_refuses_to_be_trained():
     model = make_model("llama", 96)
     prepack(model)
+    model(input_ids=torch.tensor([[1, 2, 3]]))  # outside no_grad: fine, nothing asks for gradients
+    model.requires_grad_(True)
     with pytest.raises(RuntimeError, match="inference"):
         model(input_ids=torch.tensor([[1, 2, 3]]))
 
