@@ -85,6 +85,9 @@ class DecodeConfig:
                       n-gram (or a longer one) occurred before, the drafts are the tokens that
                       followed it instead of the mask predictions (`drafter.LookupDrafter`); the
                       output is still exactly AR's (docs/tree-drafts.md has the measurements).
+    prompt_lookup_tokens: the most drafts such a lookup proposes, 1..MAX_DRAFT_TOKENS (None:
+                      block_size - 1, as the masks; 7 measured best here, docs/cpu-kernels.md).
+                      A step then emits up to this many + 1 tokens. Needs prompt_lookup.
 
     "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
     not used by "lossless" (its output never depends on it).
@@ -106,6 +109,7 @@ class DecodeConfig:
     draft_tau: float = 0.95
     draft_groups: str = "last"
     prompt_lookup: int = 0
+    prompt_lookup_tokens: int | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -158,6 +162,11 @@ class DecodeConfig:
             raise ValueError("prompt_lookup (1..3: the shortest n-gram match that drafts) runs with mode=\"lossless\", "
                              f"temperature 0 and compile=False; got prompt_lookup={self.prompt_lookup}, "
                              f"mode={self.mode!r}, temperature={self.temperature}, compile={self.compile!r}")
+        if self.prompt_lookup_tokens is not None:
+            _check_int("prompt_lookup_tokens", self.prompt_lookup_tokens, 1)
+            if not self.prompt_lookup or self.prompt_lookup_tokens > MAX_DRAFT_TOKENS:
+                raise ValueError(f"prompt_lookup_tokens (1..{MAX_DRAFT_TOKENS}) needs prompt_lookup >= 1; got "
+                                 f"prompt_lookup_tokens={self.prompt_lookup_tokens}, prompt_lookup={self.prompt_lookup}")
 
     @property
     def effective_block_size(self) -> int:

@@ -6,7 +6,7 @@ predictions (causal attention: a real token's prediction never sees what comes a
 the same forward, drafts again. Every emitted token is a verified draft or the model's own AR
 token, so greedy output is token for token `mode="ar"`'s, and sampling (speculative rejection
 sampling, `verify`) is distributed exactly as AR sampling. A step emits j + 1 tokens (j <= B - 1
-accepted drafts): at most B, as MARS.
+accepted drafts): at most B, as MARS (up to `prompt_lookup_tokens` + 1 with prompt lookup).
 
 `mode="spec"` (the paper's section 4.6): a draft model proposes K tokens (`speculative`); the
 target verifies them in one forward that also carries the mask groups; after j accepted drafts
@@ -81,16 +81,16 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
     B, spec = cfg.block_size, cfg.mode == "spec"
     if drafter is not None and not isinstance(drafter, Drafter):
         raise ValueError(f"drafter must implement mars_core.drafter.Drafter, got {type(drafter).__name__}")
-    K = drafter.K if drafter is not None else cfg.draft_tokens if spec else B - 1  # drafts per step, at most
     V = vocab_size(model)
-    target = _context(model, rows, K + (K + 1) * B + B, mask_id, pad_id)
     if drafter is None and spec:
-        draft_ctx = _context(draft_model, rows, K + 2 * cfg.draft_block_size, mask_id, pad_id)
-        drafter = ModelDrafter(draft_ctx, rows, K, V)
+        draft_ctx = _context(draft_model, rows, cfg.draft_tokens + 2 * cfg.draft_block_size, mask_id, pad_id)
+        drafter = ModelDrafter(draft_ctx, rows, cfg.draft_tokens, V)
     elif drafter is None and cfg.prompt_lookup:
-        drafter = LookupDrafter(rows.prompts, K, cfg.prompt_lookup)
+        drafter = LookupDrafter(rows.prompts, B - 1, cfg.prompt_lookup, cfg.prompt_lookup_tokens)
     elif drafter is None:
-        drafter = SelfDrafter(len(rows.prompts), K)
+        drafter = SelfDrafter(len(rows.prompts), B - 1)
+    K = drafter.K  # drafts per step, at most
+    target = _context(model, rows, K + (K + 1) * B + B, mask_id, pad_id)
     feed = [list(p) for p in rows.prompts]  # the target's new real tokens
     while rows.running():
         tau, live = rows.tau(), rows.active

@@ -61,13 +61,14 @@ class LookupDrafter(SelfDrafter):
     """Lossless MARS that drafts by prompt lookup where the text repeats, by its masks elsewhere.
 
     Before each forward after the first, a row whose last `min_ngram`-gram (or a longer one, up
-    to 3) occurred earlier in its prompt or output proposes the tokens that followed it
-    (`lookup.lookup_match`); any other row proposes its mask predictions. One chain of at most
-    B - 1 drafts either way, so the forward is as wide as plain lossless MARS's; greedy only.
+    to 3) occurred earlier in its prompt or output proposes the up to `n_lookup` tokens that
+    followed it (`lookup.lookup_match`); any other row proposes its B - 1 mask predictions. One
+    chain either way; greedy only.
     """
 
-    def __init__(self, prompts: list[list[int]], K: int, min_ngram: int):
-        super().__init__(len(prompts), K)
+    def __init__(self, prompts: list[list[int]], n_masks: int, min_ngram: int, n_lookup: int | None = None):
+        self.n_lookup = n_masks if n_lookup is None else n_lookup
+        super().__init__(len(prompts), max(n_masks, self.n_lookup))
         self.texts = [list(p) for p in prompts]
         self.started = False  # the first forward drafts nothing, as SelfDrafter's (rows only ever leave)
         self.min_ngram = min_ngram
@@ -75,7 +76,7 @@ class LookupDrafter(SelfDrafter):
     def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
         out = []
         for text, masks in zip(self.texts, self.drafts):
-            n, copied = lookup_match(text, self.K) if self.started else (0, [])
+            n, copied = lookup_match(text, self.n_lookup) if self.started else (0, [])
             out.append(copied if n >= self.min_ngram and copied else masks)
         return out, None
 

@@ -25,8 +25,9 @@ def test_lookup_drafts_keep_the_output_exactly_ar(model, tokenizer, cache):
     prompts = ["the the the the the", "Tom has 12 apples. Tom has 12 apples. Tom has", "Hi"]
     cfg = dict(max_new_tokens=24, block_size=4)
     ar = generate(model, tokenizer, prompts, DecodeConfig(mode="ar", **cfg))
-    for n in (1, 3):
-        res = generate(model, tokenizer, prompts, DecodeConfig(mode="lossless", cache=cache, prompt_lookup=n, **cfg))
+    for n, tokens in ((1, None), (3, None), (2, 9)):
+        res = generate(model, tokenizer, prompts, DecodeConfig(mode="lossless", cache=cache, prompt_lookup=n,
+                                                               prompt_lookup_tokens=tokens, **cfg))
         assert res.token_ids == ar.token_ids
 
 
@@ -35,15 +36,17 @@ def bundled():
     return load_model(os.path.join(ROOT, "tiny-mars-b4"), device="cpu")
 
 
-@pytest.mark.parametrize("n", [1, 2])
-def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n):
+@pytest.mark.parametrize("n, tokens, groups", [(1, None, "all"), (2, None, "all"), (2, None, "last"), (2, 7, "last"),
+                                               (2, 5, "all")])
+def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n, tokens, groups):
     """The replay (`benchmarks.tree_bound`) applies the rule to the known AR output with no
     decoder: an oracle for which drafts each step takes and how many are accepted."""
     model, tok = bundled
     prompts = [q for q, _ in CASES]  # their answers end at different steps: rows leave the batch mid-way
     cfg = dict(block_size=4, max_new_tokens=96, cache="cursor")
     ar = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
-    res = generate(model, tok, prompts, DecodeConfig(mode="lossless", draft_groups="all", prompt_lookup=n, **cfg))
+    res = generate(model, tok, prompts, DecodeConfig(mode="lossless", draft_groups=groups, prompt_lookup=n,
+                                                     prompt_lookup_tokens=tokens, **cfg))
     assert res.token_ids == ar.token_ids
     _, _, stop_ids = special_ids(model, tok)
     differ = 0
@@ -52,9 +55,12 @@ def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n):
         s = prompt + ar.token_ids[i] + ([stop_ids[0]] if len(ar.token_ids[i]) < 96 else [])
         tops = mask_tops(model, s, len(prompt) - 1, tok.mask_token_id, 4, 1)
         forwards = sum(1 for step in res.stats.accepted_per_step if step[i] > 0)
-        assert forwards == replay(s, len(prompt) - 1, tops, (1, 1, 1), switch=n), p
-        differ += forwards != replay(s, len(prompt) - 1, tops, (1, 1, 1))
+        assert forwards == replay(s, len(prompt) - 1, tops, (1, 1, 1), switch=n, lookup_tokens=tokens,
+                                  groups=groups), p
+        differ += forwards != replay(s, len(prompt) - 1, tops, (1, 1, 1), groups=groups)
     assert differ  # the lookup drafts were used on some prompt (else this test could not see them)
+    longest = max(max(step) for step in res.stats.accepted_per_step)
+    assert longest == (tokens or 3) + 1  # and a step took all of them (longer than a block with 7)
 
 
 def test_prompt_lookup_is_refused_where_it_does_not_run():
@@ -64,3 +70,7 @@ def test_prompt_lookup_is_refused_where_it_does_not_run():
             DecodeConfig(**{"prompt_lookup": 2, **bad})
     with pytest.raises(ValueError, match="prompt_lookup must be >= 0"):
         DecodeConfig(mode="lossless", prompt_lookup=-1)
+    for bad in (dict(prompt_lookup_tokens=7), dict(prompt_lookup=2, prompt_lookup_tokens=0),
+                dict(prompt_lookup=2, prompt_lookup_tokens=33)):
+        with pytest.raises(ValueError, match="prompt_lookup_tokens"):
+            DecodeConfig(mode="lossless", **bad)
