@@ -64,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-tokens", type=int, default=4, help="K, tokens the draft proposes per step (default 4)")
     p.add_argument("--draft-block-size", type=int, default=1,
                    help="1: the draft decodes AR; > 1: a MARS draft decodes with MARS, blocks of this size (default 1)")
-    p.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
+    p.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens of hf-prompt-lookup, prompt_lookup_tokens of "
+                   "mars-lossless-lookup (default 10)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, fixed for the whole run (default 2)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,

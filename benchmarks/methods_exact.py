@@ -14,7 +14,7 @@ import copy
 
 import torch
 
-from mars_core.config import DecodeConfig
+from mars_core.config import MAX_DRAFT_TOKENS, DecodeConfig
 from mars_core.generate import decode_steps
 from mars_core.loading import load_model
 from mars_core.prompts import special_ids
@@ -44,8 +44,11 @@ def _decode(model, tok, ids, cfg: DecodeConfig, draft=None, counter=None):
 
 
 def run_lossless(method: Method, model, tok, ids, tau, args, counter):
+    # the lookup row drafts as many tokens as hf-prompt-lookup may (--prompt-lookup-tokens), a like-for-like pair
+    lookup = dict(prompt_lookup=2, prompt_lookup_tokens=min(args.prompt_lookup_tokens, MAX_DRAFT_TOKENS)) \
+        if method.name == "mars-lossless-lookup" else {}
     cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens,
-                       compile=method.compile, prompt_lookup=2 if method.name == "mars-lossless-lookup" else 0)
+                       compile=method.compile, **lookup)
     return _decode(model, tok, ids, cfg, counter=counter if method.compile else None)
 
 
@@ -94,7 +97,8 @@ register(Method("mars-lossless", "mars", run_lossless, "cursor", exact=True,
                      "verifies (cursor cache); token for token AR"))
 register(Method("mars-lossless-lookup", "mars", run_lossless, "cursor", exact=True,
                 help="lossless MARS drafting by prompt lookup where the text's last 2-gram occurred\n"
-                     "before, by its masks elsewhere (`prompt_lookup=2`); token for token AR"))
+                     "before (up to --prompt-lookup-tokens), by its masks elsewhere (`prompt_lookup=2`);\n"
+                     "token for token AR"))
 register(Method("mars-lossless-compiled", "mars", run_lossless, "cursor", exact=True, warm_every_chunk=True,
                 compile=True, help="lossless MARS on the static-shape cursor cache under `torch.compile`\n"
                                    "(greedy; `compile=True`); token for token AR"))

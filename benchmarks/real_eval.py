@@ -65,7 +65,8 @@ def read_set(kind: str, path: str, limit: int | None = None, per_category: int |
 
 
 def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True,
-             draft_groups: str = "all", prompt_lookup: int = 0) -> dict[str, DecodeConfig]:
+             draft_groups: str = "all", prompt_lookup: int = 0,
+             prompt_lookup_tokens: int | None = None) -> dict[str, DecodeConfig]:
     """AR, MARS at each tau, lossless MARS (and with prompt-lookup drafts where `prompt_lookup`).
     Lossless carries a mask group after every possible accept count ("all"): on a real model
     most steps reject a draft, and "last" would then have no drafts for the next step
@@ -77,8 +78,9 @@ def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True
         out["lossless"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor",
                                        draft_groups=draft_groups)
     if prompt_lookup:
-        out[f"lossless-lookup{prompt_lookup}"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor",
-                                                              draft_groups=draft_groups, prompt_lookup=prompt_lookup)
+        name = f"lossless-lookup{prompt_lookup}" + (f"-L{prompt_lookup_tokens}" if prompt_lookup_tokens else "")
+        out[name] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor", draft_groups=draft_groups,
+                                 prompt_lookup=prompt_lookup, prompt_lookup_tokens=prompt_lookup_tokens)
     return out
 
 
@@ -214,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft-groups", default="all", help="lossless layout: all, last or ends")
     p.add_argument("--prompt-lookup", type=int, default=0,
                    help="also lossless MARS with prompt-lookup drafts where an n-gram of at least this length matched")
+    p.add_argument("--prompt-lookup-tokens", type=int, default=None,
+                   help="the most drafts such a lookup proposes (default block_size - 1)")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16)
@@ -226,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     kind, path = next((k, v) for k, v in (("spec-bench", args.spec_bench), ("self-instruct", args.self_instruct),
                                           ("ours", args.prompts)) if v)
     try:
+        taus = [float(t) for t in args.taus.split(",") if t.strip()]
+        configs = settings(taus, not args.no_lossless, args.block_size, not args.no_ar, args.draft_groups,
+                           args.prompt_lookup, args.prompt_lookup_tokens)
         prompts = read_set(kind, path, args.limit, args.per_category)
         model, tokenizer = load_model(args.model, dtype="float32")
     except (ValueError, OSError) as e:
@@ -238,10 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     os.makedirs(args.out, exist_ok=True)
     out_path = os.path.join(args.out, "outputs.jsonl")
-    taus = [float(t) for t in args.taus.split(",") if t.strip()]
     with torch.inference_mode():
-        for name, config in settings(taus, not args.no_lossless, args.block_size, not args.no_ar,
-                                          args.draft_groups, args.prompt_lookup).items():
+        for name, config in configs.items():
             run_setting(model, tokenizer, name, config, prompts, out_path, args.batch_size, args.max_new_tokens,
                         log=lambda s: print(s, flush=True))
     summary = summarise(out_path, {p["id"] for p in prompts})
