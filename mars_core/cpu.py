@@ -90,6 +90,8 @@ class PackedLinear(torch.nn.Module):
             # oneDNN's op has no autograd kernel: a backward through it would be silently wrong
             raise RuntimeError("a prepacked model is for inference: its gradients would be wrong; load it "
                                "without prepack to train")
+        if torch.compiler.is_compiling():  # inductor packs constants itself (freezing) and cannot lower this one
+            return torch.nn.functional.linear(x, self.weight, self.bias)
         bias = None if self.bias is None else self.bias.detach()
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
 

@@ -74,3 +74,13 @@ def test_decoding_a_prepacked_bundled_model(mode):
     assert res.token_ids == ar.token_ids
     assert ar.token_ids == generate(plain, tok, prompts, DecodeConfig(mode="ar", **cfg)).token_ids
     assert res.stats.tokens_per_forward > 1.2 or mode == "mars"
+
+
+def test_a_prepacked_model_compiles():
+    """Under torch.compile a packed layer is a plain linear (inductor cannot lower oneDNN's op on a
+    packed weight that is not a frozen constant); the compiled decode still equals eager AR."""
+    model, tok = load_model(os.path.join(ROOT, "tiny-mars-b4"), device="cpu", prepack=True)
+    prompts = ["What is 17 + 25?", "Hi"]
+    cfg = dict(block_size=4, max_new_tokens=16, cache="cursor")
+    eager = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
+    assert generate(model, tok, prompts, DecodeConfig(mode="ar", compile=True, **cfg)).token_ids == eager.token_ids
