@@ -84,3 +84,19 @@ def test_a_prepacked_model_compiles():
     cfg = dict(block_size=4, max_new_tokens=16, cache="cursor")
     eager = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
     assert generate(model, tok, prompts, DecodeConfig(mode="ar", compile=True, **cfg)).token_ids == eager.token_ids
+
+
+def test_the_app_store_prepacks_cpu_models_it_does_not_quantise():
+    from playground.models import ModelStore
+
+    asked = []
+
+    def loader(source, **kw):
+        asked.append(kw["prepack"])
+        return object(), object()
+
+    ModelStore(device="cpu", loader=loader).get("a")
+    ModelStore(device="cpu", loader=loader).get("a", "8bit")
+    ModelStore(device="cpu", loader=loader, prepack=False).get("a")
+    ModelStore(device="cuda", loader=loader).get("a")
+    assert asked == [True, False, False, False]
