@@ -86,7 +86,7 @@ class DecodeConfig:
                       followed it instead of the mask predictions (`drafter.LookupDrafter`); the
                       output is still exactly AR's (docs/tree-drafts.md has the measurements).
     prompt_lookup_tokens: the most drafts such a lookup proposes, 1..MAX_DRAFT_TOKENS (None:
-                      block_size - 1, as the masks; 7 measured best here, docs/cpu-kernels.md).
+                      block_size - 1, as the masks; 7-10 measured best on a CPU, docs/cpu-kernels.md).
                       A step then emits up to this many + 1 tokens. Needs prompt_lookup.
 
     "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
