@@ -154,3 +154,14 @@ def test_switch_takes_lookup_drafts_only_where_a_long_enough_ngram_matched():
     good[4, :, 0] = torch.tensor([8, 9, 4])  # the masks after "...9 4" are right
     assert replay(repeat, 0, good, (1, 1, 1)) == 6
     assert replay(repeat, 0, good, (1, 1, 1), switch=3) == 6  # no 3-gram has matched there: masks draft
+
+
+def test_lookup_replay_reads_the_cost_curve_and_refuses_a_missing_one(tmp_path, capsys):
+    from benchmarks.lookup_replay import cost_curve, main
+
+    path = tmp_path / "ceiling.json"
+    path.write_text(json.dumps({"seconds": {"1": {"1": 0.1, "2": 0.12, "8": 0.2}}}))
+    cost = cost_curve(str(path))
+    assert (cost(1), cost(2), cost(5), cost(8)) == (1.0, pytest.approx(1.2), pytest.approx(1.6), pytest.approx(2.0))
+    assert main(["--run", str(tmp_path), "--prompts", str(path), "--ceiling", str(tmp_path / "none.json")]) == 2
+    assert "error:" in capsys.readouterr().out
