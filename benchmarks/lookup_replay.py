@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from mars_core import load_model
-from mars_core.prompts import encode_prompt, special_ids
+from mars_core.prompts import special_ids
 
-from .tree_bound import mask_tops, replay
+from .tree_bound import ar_text, mask_tops, replay
 
 CHAIN = (1, 1, 1)  # block size 4: three mask drafts
 VARIANTS = {  # name: (replay keywords, mask groups a forward carries)
@@ -75,17 +75,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mask_id, _, stop_ids = special_ids(model, tok)
     forwards, costs, tokens = defaultdict(int), defaultdict(float), 0
-    ids = [i for i in ar if i in prompts][: args.limit]
+    ids = list(ar)[: args.limit]
     for pid in ids:
-        r = ar[pid]
-        prompt = encode_prompt(tok, prompts[pid]["prompt"])
-        s = prompt + r["ids"] + ([stop_ids[0]] if r["forwards"] > r["tokens"] else [])
+        try:
+            s, first = ar_text(tok, prompts, ar[pid], stop_ids[0])
+        except ValueError as e:
+            print(f"error: {e}")
+            return 2
         with torch.inference_mode():
-            tops = mask_tops(model, s, len(prompt) - 1, mask_id, len(CHAIN) + 1, 1)
-        tokens += r["tokens"]
+            tops = mask_tops(model, s, first, mask_id, len(CHAIN) + 1, 1)
+        tokens += ar[pid]["tokens"]
         for name, (kw, groups) in VARIANTS.items():
             trace: list = []
-            forwards[name] += replay(s, len(prompt) - 1, tops, CHAIN, trace=trace, **kw)
+            forwards[name] += replay(s, first, tops, CHAIN, trace=trace, **kw)
             costs[name] += sum(cost(1 + k + len(CHAIN) * groups * carries) for k, carries in trace[1:])
     print(f"{len(ids)} prompts, {tokens} tokens\n\n| one chain | tokens per forward | modelled speed-up |\n|---|---:|---:|")
     for name in VARIANTS:

@@ -119,6 +119,19 @@ def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...]
     return forwards
 
 
+def ar_text(tok, prompts: dict, ar: dict, stop_id: int) -> tuple[list[int], int]:
+    """(s, first): the prompt of a real_eval `ar` record (from `prompts`, {id: record}) plus its
+    output, and the index of the prompt's last token. The run stores the output without its stop
+    token; where the forward that emitted it counted, it is put back. ValueError when the prompt
+    is missing or encodes to another length than the run's."""
+    pid = ar["id"]
+    prompt = encode_prompt(tok, prompts[pid]["prompt"]) if pid in prompts else None
+    if prompt is None or len(prompt) != ar["prompt_tokens"]:
+        raise ValueError(f"prompt {pid!r} of the run is {'not in' if prompt is None else 'encoded differently from'} "
+                         "the prompt file given (pass the file and the model the run used)")
+    return prompt + ar["ids"] + ([stop_id] if ar["forwards"] > ar["tokens"] else []), len(prompt) - 1
+
+
 def nodes(widths: tuple[int, ...]) -> int:
     """Draft tokens of a full tree with these widths: k_1 + k_1 k_2 + ..."""
     total, level = 0, 1
@@ -232,14 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     kmax = max(max(w) for w in trees)
     for n, pid in enumerate(todo):
         ar, ll = runs[pid]["ar"], runs[pid]["lossless"]
-        prompt = encode_prompt(tok, prompts[pid]["prompt"]) if pid in prompts else None
-        if prompt is None or len(prompt) != ar["prompt_tokens"]:
-            print(f"error: prompt {pid!r} of the run is {'not in' if prompt is None else 'encoded differently from'} "
-                  "the prompt file given (pass the file and the model the run used)")
+        try:
+            s, first = ar_text(tok, prompts, ar, stop_ids[0])
+        except ValueError as e:
+            print(f"error: {e}")
             return 2
-        # the run stores the output without its stop token; the forward that emitted it counts
-        out = ar["ids"] + ([stop_ids[0]] if ar["forwards"] > ar["tokens"] else [])
-        s, first = prompt + out, len(prompt) - 1
         with torch.inference_mode():
             tops = mask_tops(model, s, first, mask_id, args.block_size, kmax)
         rec = {"id": pid, "category": ar["category"], "tokens": ar["tokens"],
