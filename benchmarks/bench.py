@@ -31,7 +31,7 @@ from mars_core.config import METRICS, check_tau
 from mars_core.lists import list_arg
 from mars_core.loading import DTYPES, trained_block_size
 
-from . import methods_exact  # noqa: F401  (registers mars-lossless, mars-lossless-compiled, spec, spec-mars, hf-assisted)
+from . import methods_exact  # noqa: F401  (registers mars-lossless, mars-lossless-compiled, the lookup rows, spec, spec-mars, hf-assisted)
 from .measure import DEFAULT_AR, DEFAULT_DRAFT, DEFAULT_MARS, benchmark
 from .methods import ar_baselines, default_methods, method_list, methods_doc, methods_help
 from .report import table, write_outputs

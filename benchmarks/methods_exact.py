@@ -46,7 +46,7 @@ def _decode(model, tok, ids, cfg: DecodeConfig, draft=None, counter=None):
 def run_lossless(method: Method, model, tok, ids, tau, args, counter):
     # the lookup row drafts as many tokens as hf-prompt-lookup may (--prompt-lookup-tokens), a like-for-like pair
     lookup = dict(prompt_lookup=2, prompt_lookup_tokens=min(args.prompt_lookup_tokens, MAX_DRAFT_TOKENS)) \
-        if method.name == "mars-lossless-lookup" else {}
+        if method.name.startswith("mars-lossless-lookup") else {}
     cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens,
                        compile=method.compile, **lookup)
     return _decode(model, tok, ids, cfg, counter=counter if method.compile else None)
@@ -102,6 +102,9 @@ register(Method("mars-lossless-lookup", "mars", run_lossless, "cursor", exact=Tr
 register(Method("mars-lossless-compiled", "mars", run_lossless, "cursor", exact=True, warm_every_chunk=True,
                 compile=True, help="lossless MARS on the static-shape cursor cache under `torch.compile`\n"
                                    "(greedy; `compile=True`); token for token AR"))
+register(Method("mars-lossless-lookup-compiled", "mars", run_lossless, "cursor", exact=True, warm_every_chunk=True,
+                compile=True, help="mars-lossless-lookup under `torch.compile` (the drafts are chosen on the host\n"
+                                   "after each step's one sync); token for token AR"))
 register(Method("spec", "mars", run_spec, "cursor", exact=True,
                 help="speculative decoding: --draft-model proposes --draft-tokens, the MARS\n"
                      "model verifies as an AR model (cursor caches); token for token AR"))

@@ -81,7 +81,7 @@ class DecodeConfig:
                       or "ends" (after none and after all drafts accepted). "last" is the fastest
                       on the bundled model (docs/lossless.md); the output of "lossless" never
                       depends on it.
-    prompt_lookup:    0 (off) or n in 1..3, "lossless" only, greedy, eager: where the text's last
+    prompt_lookup:    0 (off) or n in 1..3, "lossless" only, greedy (eager or compiled): where the text's last
                       n-gram (or a longer one) occurred before, the drafts are the tokens that
                       followed it instead of the mask predictions (`drafter.LookupDrafter`); the
                       output is still exactly AR's (docs/tree-drafts.md has the measurements).
@@ -157,11 +157,10 @@ class DecodeConfig:
         if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
         _check_int("prompt_lookup", self.prompt_lookup, 0)
-        if self.prompt_lookup and (self.mode != "lossless" or self.temperature != 0 or self.compile
-                                   or self.prompt_lookup > 3):
-            raise ValueError("prompt_lookup (1..3: the shortest n-gram match that drafts) runs with mode=\"lossless\", "
-                             f"temperature 0 and compile=False; got prompt_lookup={self.prompt_lookup}, "
-                             f"mode={self.mode!r}, temperature={self.temperature}, compile={self.compile!r}")
+        if self.prompt_lookup and (self.mode != "lossless" or self.temperature != 0 or self.prompt_lookup > 3):
+            raise ValueError("prompt_lookup (1..3: the shortest n-gram match that drafts) runs with mode=\"lossless\" "
+                             f"and temperature 0; got prompt_lookup={self.prompt_lookup}, "
+                             f"mode={self.mode!r}, temperature={self.temperature}")
         if self.prompt_lookup_tokens is not None:
             _check_int("prompt_lookup_tokens", self.prompt_lookup_tokens, 1)
             if not self.prompt_lookup or self.prompt_lookup_tokens > MAX_DRAFT_TOKENS:

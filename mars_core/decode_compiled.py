@@ -120,13 +120,14 @@ def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Te
 
 def window_inputs(feed: torch.Tensor, n_feed: torch.Tensor, cursor: torch.Tensor, B: int, mask_id: int,
                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A step's fixed-width window: each row's first n_feed tokens of `feed` (R, B), then B - 1
-    masks, then padding, W = 2B - 1 wide. Returns ids and position ids (R, W); a position id is
-    also the buffer slot written."""
-    R, W = feed.shape[0], 2 * B - 1
+    """A step's fixed-width window: each row's first n_feed tokens of `feed` (R, F), then B - 1
+    masks, then padding, W = F + B - 1 wide (2B - 1 for MARS, whose F is B). Returns ids and
+    position ids (R, W); a position id is also the buffer slot written."""
+    R, F = feed.shape
+    W = F + B - 1
     col = torch.arange(W, device=feed.device)
     n = n_feed[:, None]
-    real = feed.gather(1, col.clamp(max=B - 1).expand(R, W))
+    real = feed.gather(1, col.clamp(max=F - 1).expand(R, W))
     ids = torch.where(col < n, real, torch.where(col < n + B - 1, mask_id, pad_id))
     return ids, cursor[:, None] + col
 
@@ -286,17 +287,22 @@ def first_mars(rows: Rows, logits: torch.Tensor, tau: float) -> tuple[StepEvent,
 
 
 def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *, compiled_step: Callable,
-               first: Callable, after: Callable | None = None) -> Iterator[StepEvent]:
+               first: Callable, after: Callable | None = None, refeed: Callable | None = None,
+               max_feed: int | None = None) -> Iterator[StepEvent]:
     """The static-shape decode loop: the compiled prefill, `first(rows, logits, tau) -> (event,
     feeds)` on its logits, then `compiled_step` (`static_step` or another step of the same
     signature) until every row stops, shrinking the batch into smaller buckets as rows finish.
-    `after(rows, live, outcomes, event)`, if given, adds the decoder's own bookkeeping to a step."""
+    `after(rows, live, outcomes, event)`, if given, adds the decoder's own bookkeeping to a step
+    and returns each live row's next feed; `refeed(rows, order, feeds) -> (feed, n_feed)`, if
+    given, builds the next step's feed on the host from them (prompt lookup: what a row drafts
+    depends on its text), up to `max_feed` tokens wide (default B); each width is its own graph."""
     cfg, dev, B = rows.cfg, rows.device, rows.block
     mode = resolve_mode(cfg.compile, dev)
     graphs = mode in ("reduce-overhead", "max-autotune")  # CUDA graphs: fixed buffer addresses
     step, prefill = compiled(compiled_step, mode), compiled(static_prefill, mode)
     N = len(rows.prompts)
-    need = max(len(p) for p in rows.prompts) + cfg.max_new_tokens + 2 * B
+    span = (max_feed or B) + B  # a step writes below cursor + span - 1 (2B - 1 for MARS)
+    need = max(len(p) for p in rows.prompts) + cfg.max_new_tokens + span
     capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
     owner = static_state(model)
     layout = owner.kv_layout(model, mask_id, pad_id)
@@ -311,6 +317,8 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
         vocab = logits.shape[-1]
         order = list(range(N))  # buffer row -> sequence index
         loop = _initial_state(rows, feed, dev, B)  # the rows' tensors the step reads and returns
+        if refeed is not None:
+            loop[:2] = refeed(rows, order, dict(enumerate(feed)))
         rows.still_active()
         yield event
         kw = dict(block=B, mask_id=mask_id, pad_id=pad_id, metric=cfg.metric,
@@ -322,15 +330,17 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
             noise = _noise(rows, order, live, B, vocab) if rows.random is not None else None
             if graphs:
                 torch.compiler.cudagraph_mark_step_begin()
+            width = loop[0].shape[1]  # the feed's: the tokens a row may emit
             *loop, packed = step(model, cache, *loop, taus, rows.stop_ids, noise, **kw,
-                                  window=_window(rows, order, B, cache.capacity))
+                                  window=_window(rows, order, span, cache.capacity))
             if graphs:  # a replay overwrites its outputs: keep copies of what the next step reads
                 loop = [t.clone() for t in loop]
             packed = packed.tolist()  # the one host sync
             mine = [(r, p) for r, p in zip(order, packed) if r in live]
-            outcome = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B)
-            if after is not None:
-                after(rows, [r for r, _ in mine], outcome.rows, outcome.event)
+            outcome = rows.record([r for r, _ in mine], [p for _, p in mine], tau, width)
+            feeds = after(rows, [r for r, _ in mine], outcome.rows, outcome.event) if after is not None else None
+            if refeed is not None:
+                loop[:2] = refeed(rows, order, feeds)
             rows.still_active()
             n_live = len(rows.active)
             if 0 < n_live and _bucket(n_live) < len(order):
@@ -352,12 +362,13 @@ def _prefill_inputs(prompts: list[list[int]], B: int, mask_id: int, pad_id: int,
             torch.tensor([len(p) for p in prompts], dtype=torch.long, device=dev))
 
 
-def _window(rows: Rows, order: list[int], B: int, capacity: int) -> int:
+def _window(rows: Rows, order: list[int], span: int, capacity: int) -> int:
     """The slots a step attends over: every buffer row writes below len(prompt) + len(out) + W
-    (its cursor trails that by the tokens it feeds), finished rows included, as they still run at
-    their frozen cursor. Rounded up to CAPACITY_STEP times a power of two, so that a long decode
-    compiles a logarithmic number of graphs (one per window) and attends over < 2x what it needs."""
-    reach = max(len(rows.prompts[r]) + len(rows.out[r]) for r in order) + 2 * B
+    (its cursor trails that by the tokens it feeds; W < span), finished rows included, as they
+    still run at their frozen cursor. Rounded up to CAPACITY_STEP times a power of two, so that a
+    long decode compiles a logarithmic number of graphs (one per window) and attends over < 2x
+    what it needs."""
+    reach = max(len(rows.prompts[r]) + len(rows.out[r]) for r in order) + span
     window = CAPACITY_STEP
     while window < reach:
         window *= 2

@@ -19,10 +19,15 @@ then B - 1 masks, padding after. Only what is read off the logits differs:
 
 So the output is greedy AR decoding's, token for token, like the eager path's (tested against it
 and against `model.generate`). Greedy only: sampling (speculative rejection sampling) runs eagerly.
+
+With prompt lookup (`prompt_lookup`), what a row drafts depends on its text, which lives on the
+host: after the step's one sync the host builds the next feed (`lookup_refeed`, the rule of
+`drafter.LookupDrafter`) and uploads it; the rest of the state stays on the device. The chain is
+then up to 1 + max(B - 1, prompt_lookup_tokens) tokens, the group still after its last token.
 """
 from __future__ import annotations
 
-from typing import Iterator, TYPE_CHECKING
+from typing import Callable, Iterator, TYPE_CHECKING
 
 import torch
 
@@ -30,6 +35,7 @@ from .acceptance import confidence
 from .decode_compiled import StaticCursorCache, _forward, run_static, window_inputs
 from .decode_exact import cap_drafts
 from .decoding import Rows, StepEvent, cut, pack
+from .drafter import pick_drafts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -42,35 +48,37 @@ def lossless_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.
                   window: int) -> tuple[torch.Tensor, ...]:
     """One verify-and-draft forward of every row at its cursor; all on the device.
 
-    feed (R, B) long: the bonus, then the drafts (n_feed - 1 of them); the rest as `static_step`
-    (tau and noise are unused: greedy verification has no threshold and no randomness).
-    Returns the next (feed, n_feed, cursor, remaining, alive) and the packed outcome
-    (R, 2B + 2 + 3): emitted tokens, confidences, kept, done, then [accepted drafts j, whether
-    the next step has drafts, drafts verified this step].
+    feed (R, K + 1) long: the bonus, then the drafts (n_feed - 1 of them; K = B - 1 unless prompt
+    lookup drafts more); the rest as `static_step` (tau and noise are unused: greedy verification
+    has no threshold and no randomness). Returns the next (feed, n_feed, cursor, remaining, alive)
+    and the packed outcome (R, 2(K + 1) + 2 + 3 + B - 1): emitted tokens, confidences, kept, done,
+    then [accepted drafts j, whether the next step has drafts, drafts verified this step, the
+    group's B - 1 predictions: the next drafts, where it has them].
     """
-    B, R = block, feed.shape[0]
-    ids, pos = window_inputs(feed, n_feed, cursor, B, mask_id, pad_id)  # (R, 2B - 1)
-    col = torch.arange(B, device=feed.device)
-    keep = torch.cat([col.expand(R, B), n_feed[:, None] + col[:B - 1]], dim=1)  # (R, 2B - 1): p_1..p_B, the masks
-    logits = _forward(model, cache, ids, pos, keep, window)  # (R, 2B - 1, V)
-    verify, group = logits[:, :B], logits[:, B:]  # (R, B, V): p_1..p_B; (R, B - 1, V): the masks
-    target = verify.argmax(dim=-1)  # (R, B)
-    drafts, k = feed[:, 1:], n_feed - 1  # (R, B - 1), (R,)
-    ok = (drafts == target[:, :B - 1]) & (col[None, :B - 1] < k[:, None])
+    B, R, K = block, feed.shape[0], feed.shape[1] - 1
+    ids, pos = window_inputs(feed, n_feed, cursor, B, mask_id, pad_id)  # (R, K + B)
+    col = torch.arange(K + 1, device=feed.device)
+    keep = torch.cat([col.expand(R, K + 1), n_feed[:, None] + col[:B - 1]], dim=1)  # p_1..p_{K+1}, the masks
+    logits = _forward(model, cache, ids, pos, keep, window)  # (R, K + B, V)
+    verify, group = logits[:, :K + 1], logits[:, K + 1:]  # (R, K + 1, V): p_1..p_{K+1}; (R, B - 1, V): the masks
+    target = verify.argmax(dim=-1)  # (R, K + 1)
+    drafts, k = feed[:, 1:], n_feed - 1  # (R, K), (R,)
+    ok = (drafts == target[:, :K]) & (col[None, :K] < k[:, None])
     j = ok.long().cumprod(dim=1).sum(dim=1)  # (R,) accepted drafts
     bonus = target.gather(1, j[:, None])[:, 0]
     if max_accept is not None:
         j, bonus = cap_drafts(drafts, j, bonus, max_accept)
-    tokens = torch.where(col < j[:, None], feed.gather(1, (col + 1).clamp(max=B - 1).expand(R, B)),
-                         bonus[:, None])  # (R, B): d_1..d_j, bonus, (bonus repeated: never read)
+    tokens = torch.where(col < j[:, None], feed.gather(1, (col + 1).clamp(max=K).expand(R, K + 1)),
+                         bonus[:, None])  # (R, K + 1): d_1..d_j, bonus, (bonus repeated: never read)
     conf = confidence(torch.softmax(verify.float(), dim=-1), tokens, metric)
     take, done = cut(tokens, j + 1, stop_ids, remaining)
     done = done | ~alive
     going = alive & ~done
     has_group = j == k  # the group stood after d_k: its predictions are the next drafts
-    next_feed = torch.cat([bonus[:, None], group.argmax(dim=-1)], dim=1)  # (R, B)
+    new_drafts = group.argmax(dim=-1)  # (R, B - 1)
+    next_feed = torch.cat([bonus[:, None], new_drafts], dim=1)  # (R, B)
     next_n = torch.where(going & has_group, B, 1)
-    extra = torch.stack([j, has_group.long(), k], dim=1)
+    extra = torch.cat([torch.stack([j, has_group.long(), k], dim=1), new_drafts], dim=1)
     return (next_feed, next_n, cursor + torch.where(alive, 1 + j, 0), remaining - take, going,
             pack(tokens, conf, take, done, extra))
 
@@ -87,12 +95,40 @@ def first_lossless(rows: Rows, logits: torch.Tensor, tau: float) -> tuple[StepEv
     return step.event, [t + d if t else [] for t, d in zip(step.taken, drafts)]
 
 
-def after_lossless(rows: Rows, live: list[int], outcomes: list, event: StepEvent) -> None:
-    """Stats and replay fields of a step, as the eager path keeps them (`decode_exact`)."""
+def after_lossless(rows: Rows, live: list[int], outcomes: list, event: StepEvent) -> dict[int, list[int]]:
+    """Stats and replay fields of a step, as the eager path keeps them (`decode_exact`); returns
+    each live row's next feed: its bonus, then the group's drafts where the step has them."""
     js = [int(o.extra[0]) for o in outcomes]
     rows.stats.drafted += sum(int(o.extra[2]) for o in outcomes)
     rows.stats.accepted_drafts += sum(js)
     _verified(rows, event, js, live, [o.taken for o in outcomes])
+    return {r: o.taken[-1:] + ([int(t) for t in o.extra[3:]] if o.extra[1] else [])
+            for r, o in zip(live, outcomes) if not o.done}
+
+
+def lookup_refeed(n_lookup: int, min_ngram: int) -> Callable:
+    """The host half of compiled lossless MARS with prompt lookup (`run_static`'s `refeed`).
+
+    Each row drafts as `drafter.LookupDrafter` does, from its prompt and output so far: the tokens
+    that followed an earlier occurrence of its last n-gram, or its mask predictions. The feed is
+    B wide when no row drafts more than B - 1 tokens and 1 + max(B - 1, n_lookup) otherwise: two
+    graphs per bucket and window, so that a step without a long lookup draft stays narrow.
+    """
+    def refeed(rows: Rows, order: list[int], feeds: dict[int, list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        chains = []
+        for r in order:
+            feed = feeds.get(r) if not rows.finished[r] else None
+            if not feed:
+                chains.append([0])  # a finished row runs one token at its frozen cursor
+                continue
+            text = rows.prompts[r] + rows.out[r]
+            chains.append(feed[:1] + pick_drafts(text, feed[1:], min_ngram, n_lookup))
+        B = rows.block
+        F = B if max(map(len, chains)) <= B else 1 + max(B - 1, n_lookup)
+        feed = torch.tensor([c + [0] * (F - len(c)) for c in chains], dtype=torch.long, device=rows.device)
+        return feed, torch.tensor([len(c) for c in chains], dtype=torch.long, device=rows.device)
+
+    return refeed
 
 
 def _verified(rows: Rows, event: StepEvent, js: list[int], live: list[int], emitted: list[list[int]]) -> None:
@@ -108,5 +144,10 @@ def decode_compiled_lossless(model: PreTrainedModel, rows: Rows, mask_id: int,
                              pad_id: int) -> Iterator[StepEvent]:
     """Yield one `StepEvent` per forward until every row of `rows` stops (greedy, exact; the config
     check refuses sampling and other draft groups)."""
+    cfg = rows.cfg
+    lookup = {}
+    if cfg.prompt_lookup:
+        n_lookup = cfg.block_size - 1 if cfg.prompt_lookup_tokens is None else cfg.prompt_lookup_tokens
+        lookup = dict(refeed=lookup_refeed(n_lookup, cfg.prompt_lookup), max_feed=1 + max(cfg.block_size - 1, n_lookup))
     yield from run_static(model, rows, mask_id, pad_id, compiled_step=lossless_step,
-                          first=first_lossless, after=after_lossless)
+                          first=first_lossless, after=after_lossless, **lookup)

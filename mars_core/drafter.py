@@ -74,11 +74,9 @@ class LookupDrafter(SelfDrafter):
         self.min_ngram = min_ngram
 
     def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
-        out = []
-        for text, masks in zip(self.texts, self.drafts):
-            n, copied = lookup_match(text, self.n_lookup) if self.started else (0, [])
-            out.append(copied if n >= self.min_ngram and copied else masks)
-        return out, None
+        if not self.started:
+            return self.drafts, None
+        return [pick_drafts(text, masks, self.min_ngram, self.n_lookup) for text, masks in zip(self.texts, self.drafts)], None
 
     def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]], q: torch.Tensor | None) -> None:
         for text, e in zip(self.texts, emitted):
@@ -89,3 +87,10 @@ class LookupDrafter(SelfDrafter):
     def select(self, keep: list[int]) -> None:
         self.texts = [self.texts[i] for i in keep]
         super().select(keep)
+
+
+def pick_drafts(text: list[int], masks: list[int], min_ngram: int, n_lookup: int) -> list[int]:
+    """A row's drafts under prompt lookup: up to `n_lookup` tokens copied from after an earlier
+    occurrence of the text's last n-gram (n >= min_ngram), else its mask predictions `masks`."""
+    n, copied = lookup_match(text, n_lookup)
+    return copied if n >= min_ngram and copied else masks

@@ -20,14 +20,14 @@ def test_lookup_match_takes_the_latest_occurrence_of_the_longest_ngram():
     assert lookup_match([a], 3) == (0, [])
 
 
-@pytest.mark.parametrize("cache", ["cursor", "none"])
-def test_lookup_drafts_keep_the_output_exactly_ar(model, tokenizer, cache):
+@pytest.mark.parametrize("cache, compile", [("cursor", False), ("none", False), ("cursor", True)])
+def test_lookup_drafts_keep_the_output_exactly_ar(model, tokenizer, cache, compile):
     prompts = ["the the the the the", "Tom has 12 apples. Tom has 12 apples. Tom has", "Hi"]
     cfg = dict(max_new_tokens=24, block_size=4)
     ar = generate(model, tokenizer, prompts, DecodeConfig(mode="ar", **cfg))
-    for n, tokens in ((1, None), (3, None), (2, 9)):
+    for n, tokens in ((1, None), (3, None), (2, 9))[1 if compile else 0:]:  # compiled: fewer graphs to build
         res = generate(model, tokenizer, prompts, DecodeConfig(mode="lossless", cache=cache, prompt_lookup=n,
-                                                               prompt_lookup_tokens=tokens, **cfg))
+                                                               prompt_lookup_tokens=tokens, compile=compile, **cfg))
         assert res.token_ids == ar.token_ids
 
 
@@ -36,17 +36,19 @@ def bundled():
     return load_model(os.path.join(ROOT, "tiny-mars-b4"), device="cpu")
 
 
-@pytest.mark.parametrize("n, tokens, groups", [(1, None, "all"), (2, None, "all"), (2, None, "last"), (2, 7, "last"),
-                                               (2, 5, "all")])
-def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n, tokens, groups):
+@pytest.mark.parametrize("n, tokens, groups, compile", [(1, None, "all", False), (2, None, "all", False),
+                                                        (2, None, "last", False), (2, 7, "last", False),
+                                                        (2, 5, "all", False), (2, 7, "last", True)])
+def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n, tokens, groups, compile):
     """The replay (`benchmarks.tree_bound`) applies the rule to the known AR output with no
-    decoder: an oracle for which drafts each step takes and how many are accepted."""
+    decoder: an oracle for which drafts each step takes and how many are accepted (the compiled
+    path, `decode_compiled_lossless`, included: it drafts on the host, verifies on the device)."""
     model, tok = bundled
     prompts = [q for q, _ in CASES]  # their answers end at different steps: rows leave the batch mid-way
     cfg = dict(block_size=4, max_new_tokens=96, cache="cursor")
     ar = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
     res = generate(model, tok, prompts, DecodeConfig(mode="lossless", draft_groups=groups, prompt_lookup=n,
-                                                     prompt_lookup_tokens=tokens, **cfg))
+                                                     prompt_lookup_tokens=tokens, compile=compile, **cfg))
     assert res.token_ids == ar.token_ids
     _, _, stop_ids = special_ids(model, tok)
     differ = 0
@@ -64,8 +66,7 @@ def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n, tokens, gro
 
 
 def test_prompt_lookup_is_refused_where_it_does_not_run():
-    for bad in (dict(mode="mars"), dict(mode="lossless", temperature=0.7), dict(mode="lossless", prompt_lookup=4),
-                dict(mode="lossless", compile=True)):
+    for bad in (dict(mode="mars"), dict(mode="lossless", temperature=0.7), dict(mode="lossless", prompt_lookup=4)):
         with pytest.raises(ValueError, match="prompt_lookup"):
             DecodeConfig(**{"prompt_lookup": 2, **bad})
     with pytest.raises(ValueError, match="prompt_lookup must be >= 0"):
