@@ -52,6 +52,18 @@ def kept_training_section(card_path: str) -> list[str]:
     return lines[start:end]
 
 
+def legend(summary: dict) -> list[str]:
+    """What the lossless columns' names mean (`benchmarks.real_eval.settings` names them), as lines
+    to put under a table; none when only plain lossless ran."""
+    names = [s for s in ordered(summary) if s.startswith("lossless") and s != "lossless"]
+    if not names:
+        return []
+    return ["lossless: its mask groups after every possible accept count (\"all\"); lossless-lookupN: drafting by "
+            "prompt lookup where the text's last N-gram occurred before (`prompt_lookup=N`), by its masks elsewhere; "
+            "-LM: up to M lookup drafts (else block size - 1 = 3); a last part names another group layout "
+            "(\"last\": one group, after the last draft, as the benchmark's `mars-lossless-lookup` row).", ""]
+
+
 def _threads(n) -> str:
     """How the card names the training run's `--threads` (None: the run did not record it)."""
     if n is None:
@@ -90,8 +102,8 @@ def frontier(known: dict | None, known_base: dict | None, spec: dict | None, mod
         p = pooled(sets, setting)
         if p is None:
             continue
-        mode = "ar" if setting == "ar" else "lossless" if setting == "lossless" else "mars"
-        runs.append({"model": f"{model} (lossless)" if mode == "lossless" else model, "mode": mode, "tau": tau_of(setting) if mode == "mars" else 1.0,
+        mode = "ar" if setting == "ar" else "lossless" if setting.startswith("lossless") else "mars"
+        runs.append({"model": f"{model} ({setting})" if mode == "lossless" else model, "mode": mode, "tau": tau_of(setting) if mode == "mars" else 1.0,
                      "block_size": 1 if mode == "ar" else 4, "tokens_per_second": None, **p})
     if not runs:
         return None
@@ -226,12 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         body += ["## Held-out prompts: self-instruct's user-oriented instructions", "",
                  f"{n} prompts (yizhongw/self-instruct, `human_eval/user_oriented_instructions.jsonl`), greedy. "
                  "Cells: mean tokens per forward (share identical to this model's AR output).", "",
-                 table(si), "", divergence_line(si), ""]
+                 table(si), "", *legend(si), divergence_line(si), ""]
     if sb:
         body += ["## Spec-Bench", "",
                  f"{spec_bench_scope(sb)} of Spec-Bench (hemingkx/Spec-Bench, Apache-2.0; the first turn of each question), "
                  "greedy, max_new_tokens 256. Cells: mean accepted tokens per forward (share of outputs identical "
-                 "to this model's AR output).", "", table(sb), "", divergence_line(sb), ""]
+                 "to this model's AR output).", "", table(sb), "", *legend(sb), divergence_line(sb), ""]
     body += ["## Quality where it can be checked", "",
              "Known answers (40 short factual and arithmetic questions of ours, `benchmarks/data/known_answers.jsonl`; "
              "correct when the answer appears as a word or a stand-alone number):", "",

@@ -74,11 +74,12 @@ def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True
     out = {"ar": DecodeConfig(mode="ar", cache="cursor")} if ar else {}
     for tau in taus:
         out[f"mars-{tau:g}"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor")
-    if lossless:
-        out["lossless"] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor",
-                                       draft_groups=draft_groups)
+    if lossless:  # a layout other than "all" is named: its tokens per forward differ
+        out["lossless" + ("" if draft_groups == "all" else f"-{draft_groups}")] = DecodeConfig(
+            mode="lossless", block_size=block_size, cache="cursor", draft_groups=draft_groups)
     if prompt_lookup:
-        name = f"lossless-lookup{prompt_lookup}" + (f"-L{prompt_lookup_tokens}" if prompt_lookup_tokens else "")
+        name = (f"lossless-lookup{prompt_lookup}" + (f"-L{prompt_lookup_tokens}" if prompt_lookup_tokens else "")
+                + ("" if draft_groups == "all" else f"-{draft_groups}"))
         out[name] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor", draft_groups=draft_groups,
                                  prompt_lookup=prompt_lookup, prompt_lookup_tokens=prompt_lookup_tokens)
     return out

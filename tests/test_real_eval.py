@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-from benchmarks.real_eval import first_difference, gsm8k_answer, is_correct, main, read_set, summarise, table
+from benchmarks.real_card import legend
+from benchmarks.real_eval import (first_difference, gsm8k_answer, is_correct, main, read_set, settings, summarise,
+                                    table)
 
 
 def _write(path, rows):
@@ -104,3 +106,16 @@ def test_a_run_resumes_and_tau_one_is_identical_to_ar(tmp_path, capsys):
 def test_a_missing_prompt_file_is_one_line(tmp_path, capsys):
     assert main(["--prompts", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().out.startswith("error: ")
+
+
+def test_a_setting_is_named_by_what_changes_its_tokens_per_forward():
+    """The lookup length and a group layout other than "all" change tokens per forward (2.01 vs
+    2.12 on self-instruct): two such runs must not share a column name."""
+    plain = settings([], True, 4, ar=False)
+    assert list(plain) == ["lossless"] and legend({s: {} for s in plain}) == []
+    named = settings([], True, 4, ar=False, draft_groups="last", prompt_lookup=2, prompt_lookup_tokens=10)
+    assert list(named) == ["lossless-last", "lossless-lookup2-L10-last"]
+    assert named["lossless-lookup2-L10-last"].prompt_lookup_tokens == 10
+    assert named["lossless-last"].draft_groups == "last" and named["lossless-last"].prompt_lookup == 0
+    assert list(settings([], False, 4, ar=False, prompt_lookup=3)) == ["lossless-lookup3"]
+    assert "-LM: up to M lookup drafts" in legend({s: {} for s in named})[0]
