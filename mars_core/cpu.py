@@ -68,6 +68,19 @@ def cpu_dtype(requested: str, native: bool | None = None) -> tuple[torch.dtype, 
     return getattr(torch, requested), None
 
 
+@torch.library.custom_op("mars::packed_linear", mutates_args=())
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    """oneDNN's prepacked matmul as an op `torch.compile` keeps as it is: inductor lowers
+    `mkldnn._linear_pointwise` only for weights it packed itself (freezing, where on x86 float32 it
+    packs for MKL instead, which is as slow as `F.linear` for 2+ rows: docs/cpu-kernels.md)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@packed_linear.register_fake
+def _(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], out_features)
+
+
 class PackedLinear(torch.nn.Module):
     """An `nn.Linear` whose weight oneDNN reordered once into its blocked layout (inference only).
 
@@ -90,9 +103,9 @@ class PackedLinear(torch.nn.Module):
             # oneDNN's op has no autograd kernel: a backward through it would be silently wrong
             raise RuntimeError("a prepacked model is for inference: its gradients would be wrong; load it "
                                "without prepack to train")
-        if torch.compiler.is_compiling():  # inductor packs constants itself (freezing) and cannot lower this one
-            return torch.nn.functional.linear(x, self.weight, self.bias)
         bias = None if self.bias is None else self.bias.detach()
+        if torch.compiler.is_compiling():
+            return packed_linear(x, self.packed, bias, self.out_features)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
 
 

@@ -76,14 +76,20 @@ def test_decoding_a_prepacked_bundled_model(mode):
     assert res.stats.tokens_per_forward > 1.2 or mode == "mars"
 
 
-def test_a_prepacked_model_compiles():
-    """Under torch.compile a packed layer is a plain linear (inductor cannot lower oneDNN's op on a
-    packed weight that is not a frozen constant); the compiled decode still equals eager AR."""
+def test_a_prepacked_model_compiles_and_keeps_onednn():
+    """Under torch.compile a packed layer calls `mars::packed_linear`, an op inductor keeps as it is
+    (it cannot lower oneDNN's op on a weight it did not pack, and with freezing it packs float32 for
+    MKL, slow for 2+ rows); the compiled decode equals eager AR and does run the op."""
     model, tok = load_model(os.path.join(ROOT, "tiny-mars-b4"), device="cpu", prepack=True)
     prompts = ["What is 17 + 25?", "Hi"]
     cfg = dict(block_size=4, max_new_tokens=16, cache="cursor")
     eager = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
-    assert generate(model, tok, prompts, DecodeConfig(mode="ar", compile=True, **cfg)).token_ids == eager.token_ids
+    compiled = DecodeConfig(mode="lossless", compile=True, **cfg)
+    generate(model, tok, prompts, compiled)  # compile outside the profile
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        assert generate(model, tok, prompts, compiled).token_ids == eager.token_ids
+    calls = [e.count for e in prof.key_averages() if e.key == "mars::packed_linear"]
+    assert calls and calls[0] >= sum(isinstance(m, PackedLinear) for m in model.modules())
 
 
 def test_the_app_store_prepacks_cpu_models_it_does_not_quantise():
