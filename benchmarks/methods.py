@@ -17,9 +17,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+
 from mars_core.config import DecodeConfig
 from mars_core.decoding import left_pad
 from mars_core.generate import decode_steps
+from mars_core.loading import load_model
 from mars_core.prompts import special_ids
 
 Runner = Callable[..., tuple[list[list[int]], int]]
@@ -210,6 +213,15 @@ def run_ours(method: Method, model, tok, ids, tau, args, counter):
     return rows.out, rows.stats.row_forwards
 
 
+def run_unpacked(method: Method, model, tok, ids, tau, args, counter):
+    """`run_ours` on a copy of the model loaded without --prepack: its own nn.Linear layers,
+    which inductor packs itself under TORCHINDUCTOR_FREEZING=1 (for MKL, on x86 float32)."""
+    if "model" not in method.state:
+        path = args.ar_model if method.model == "ar" else args.mars_model
+        method.state["model"] = load_model(path, device=args.device, dtype=getattr(torch, args.dtype))[0]
+    return run_ours(method, method.state["model"], tok, ids, tau, args, counter)
+
+
 # ---------------------------------------------------------------------------------------------
 # the registry (its order is the table's order)
 # ---------------------------------------------------------------------------------------------
@@ -249,6 +261,11 @@ register(Method("ar-static-compile", "ar", run_hf_compile, optional=True, warm_e
 register(Method("ar-compiled", "ar", run_ours, "cursor", warm_every_chunk=True, compile=True, baseline=True,
                 help='our AR decoder on the static-shape cursor cache under `torch.compile`\n'
                      '(`compile=True`; CUDA graphs on a GPU)'))
+register(Method("ar-compiled-unpacked", "ar", run_unpacked, "cursor", warm_every_chunk=True, compile=True,
+                baseline=True, optional=True,
+                help="ar-compiled on the model's own linear layers even under --prepack (with\n"
+                     "TORCHINDUCTOR_FREEZING=1 inductor then packs them itself): the strongest\n"
+                     "compiled AR of either kind of kernel, in the same run"))
 register(Method("mars-nocache", "mars", run_ours, "none", uses_tau=True, reference=True,
                 help="MARS, no KV cache (full recompute each step)"))
 register(Method("mars-sliding", "mars", run_ours, "sliding", uses_tau=True,
