@@ -16,7 +16,11 @@ from .models import Loaded
 AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
 # what the MARS side runs: value -> label (lossless and spec are exact; see mars_core.decode_exact)
 MARS_MODES = {"mars": "MARS (tau)", "lossless": "lossless MARS (exact: verifies its own drafts)",
+              "lookup": "lossless MARS + prompt lookup (exact: copies drafts where the text repeats)",
               "spec": "spec: the AR checkpoint drafts, MARS verifies (exact at tau = 1)"}
+# "lookup" is lossless MARS drafting up to this many tokens copied from after an earlier occurrence of
+# the text's last 2-gram (the library's prompt_lookup=2; 10 measured best on a CPU, docs/cpu-kernels.md)
+LOOKUP_TOKENS = 10
 
 
 @dataclass
@@ -116,7 +120,12 @@ class Duel:
         mars_settings = dict(settings)
         if mars_mode != "mars" and settings["cache"] not in ("none", "cursor"):
             mars_settings["cache"] = "cursor"  # the exact modes run on the cursor cache (or none)
-        mars_cfg = DecodeConfig(mode=mars_mode, **mars_settings)
+        if mars_mode == "lookup":
+            if settings.get("temperature", 0) != 0:
+                raise ValueError("prompt lookup drafts greedily: set temperature to 0 for \"lossless MARS + prompt "
+                                 "lookup\", or pick \"lossless MARS\", which also samples")
+            mars_settings.update(prompt_lookup=2, prompt_lookup_tokens=LOOKUP_TOKENS)
+        mars_cfg = DecodeConfig(mode="lossless" if mars_mode == "lookup" else mars_mode, **mars_settings)
         self.mars_mode = mars_mode
         ar_cfg = DecodeConfig(mode="ar", **dict(settings, cache="sliding" if settings["cache"] == "block"
                                                 else settings["cache"]))

@@ -193,7 +193,7 @@ def steps_chart_html(accepted: list[int], taus: list[float], block: int, tau_max
     w, h, pad, top_pad, right = 600, 130, 18, 10, 30  # right: room for tau's own axis
     span = h - pad - top_pad
     bw = (w - pad - right) / n
-    top = max(block, 1)
+    top = max(block, *accepted)  # prompt lookup may verify more tokens than a block in one forward
     bars = []
     for i, a in enumerate(accepted):
         bh = span * a / top

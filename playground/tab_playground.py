@@ -118,7 +118,8 @@ class PlaygroundTab:
         ar_name = ar.loaded.name + (" (1 token/step)" if ar.loaded is mars.loaded else "")
         ar_html = render.panel_html("ar", "AR", ar_name, ar.track, ar_stats, ar.status,
                                     " · ".join(x for x in (ar.note, note) if x))
-        kind = {"mars": "MARS", "lossless": "MARS lossless", "spec": "MARS spec"}[duel.mars_mode]
+        kind = {"mars": "MARS", "lossless": "MARS lossless", "lookup": "MARS lossless + lookup",
+                "spec": "MARS spec"}[duel.mars_mode]
         mars_html = render.panel_html("mars", f"{kind} (B = {mars.track.block})", mars.loaded.name, mars.track,
                                       mars_stats, mars.status, note)
         steps = render.steps_chart_html(mars.track.accepted, mars.track.taus, mars.track.block,
@@ -162,7 +163,8 @@ class PlaygroundTab:
                      temperature: float = 0.0, seed: int = 0, max_new_tokens: int | None = None, cache: str = "sliding",
                      ar_side: str = AR_SIDES[0], mars_mode: str = "mars", request: gr.Request = None) -> dict:
         """Decode `prompt` with AR and MARS (the models this session chose with /load_models).
-        `mars_mode`: "mars", "lossless" or "spec" (the AR checkpoint drafts). Returns per side:
+        `mars_mode`: "mars", "lossless", "lookup" (lossless + prompt lookup, greedy) or "spec" (the AR
+        checkpoint drafts). Returns per side:
         model name, text, token ids, accepted tokens per forward and stats; whether the outputs
         agree (and whether the mode guarantees it), and the speed-up. `max_new_tokens`: the page's default (256) when not given."""
         session = self.core.sessions.get(getattr(request, "session_hash", None))

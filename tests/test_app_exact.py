@@ -2,6 +2,8 @@
 apart, and the agree line's guarantee only where the mode proves it."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from app_fixtures import OUT, PROMPT, Tabs, demo, pair, pg  # noqa: F401
@@ -19,12 +21,29 @@ def run(pg, mode, tau=1.0, ar_side=AR_SIDES[1], max_new=24, cache="sliding"):  #
     return dict(zip(OUT, list(outs)[-1]))
 
 
-@pytest.mark.parametrize("mode", ["lossless", "spec"])
+@pytest.mark.parametrize("mode", ["lossless", "lookup", "spec"])
 def test_exact_modes_are_identical_to_ar_and_say_it(pg, mode):  # noqa: F811
     last = run(pg, mode)
     assert 'data-agree="1"' in last["compare"] and 'data-guaranteed="1"' in last["compare"]
     assert "identical to AR (guaranteed" in last["compare"]
-    assert f"MARS {mode}" in last["mars"]
+    assert {"lookup": "MARS lossless + lookup"}.get(mode, f"MARS {mode}") in last["mars"]
+
+
+def test_lookup_mode_copies_drafts_where_the_text_repeats(pg):  # noqa: F811
+    """A prompt that repeats itself: the lookup mode verifies copied drafts (more tokens per forward
+    than the masks alone give, some steps past a block), and its output is still AR's."""
+    prompt = "Tom has 12 apples. Tom has 12 apples. Tom has 12 apples. Tom has"
+    outs = {}
+    for mode in ("lossless", "lookup"):
+        outs[mode] = guard(pg.playground.api_generate)(prompt, max_new_tokens=48, ar_side=AR_SIDES[1], mars_mode=mode)
+        assert outs[mode]["guaranteed"] and outs[mode]["mars"]["token_ids"] == outs[mode]["ar"]["token_ids"]
+    plain, lookup = (outs[m]["mars"]["accepted_per_step"] for m in ("lossless", "lookup"))
+    assert len(lookup) < len(plain) and max(lookup) > 4
+
+
+def test_lookup_mode_refuses_sampling_in_one_line(pg):  # noqa: F811
+    with pytest.raises(ValueError, match="prompt lookup drafts greedily: set temperature to 0"):
+        guard(pg.playground.api_generate)(PROMPT, temperature=0.7, mars_mode="lookup")
 
 
 @pytest.mark.parametrize("mode,tau,ar_side", [
@@ -78,3 +97,12 @@ def test_replay_explains_verified_drafts():
     marks = decisions(step, "probability")
     assert [m for m, _ in marks] == ["accepted", "accepted", "accepted", "rejected"]
     assert "verified" in marks[0][1] and "own AR prediction" in marks[2][1]
+
+
+def test_the_steps_chart_fits_a_step_longer_than_a_block():
+    """Prompt lookup verifies up to 11 tokens in one forward at B = 4: the bar stays in the chart."""
+    html = render.steps_chart_html([11, 1, 4], [1.0, 1.0, 1.0], 4)
+    bars = re.findall(r'data-n="(\d+)" x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="([\d.]+)"', html)
+    assert [int(n) for n, _, _ in bars] == [11, 1, 4]
+    assert all(float(y) >= 10 - 1e-6 for _, y, _ in bars)  # below the chart's top padding
+    assert float(bars[0][2]) == max(float(h) for _, _, h in bars) and "left axis 0-11" in html
