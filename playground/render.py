@@ -108,13 +108,15 @@ class TokenTrack:
         return self.tok.decode(self.ids, skip_special_tokens=True)
 
 
-def legend_html(block: int, exact: bool = False) -> str:
+def legend_html(block: int, exact: bool = False, beyond: bool = False) -> str:
+    """The colour key; `beyond`: some forward accepted more than `block` tokens (prompt-lookup
+    drafts), which share the deepest shade, so its label reads "B+"."""
     cells = []
     for n in range(1, block + 1):
         chips = "".join(
             f'<span class="chip" style="background:{step_colour(s, n, block)[0]}"></span>' for s in (0, 1)
         )
-        cells.append(f'<span class="leg">{chips}{n}</span>')
+        cells.append(f'<span class="leg">{chips}{n}{"+" if beyond and n == block else ""}</span>')
     return ('<div class="legend">Colour = the forward pass that produced the token (hues alternate); '
             f'depth = tokens accepted in it: {"".join(cells)}. '
             + ('<span class="tok verified legend-verified">Underlined</span> = a verified draft (the model checked '
@@ -148,6 +150,7 @@ def panel_html(side: str, title: str, model_name: str, track: TokenTrack | None,
     body = "".join(track.spans) if track is not None else f'<span class="muted">{html.escape(placeholder)}</span>'
     block = track.block if track is not None else 1
     exact = track is not None and any('class="tok verified"' in sp for sp in track.spans)
+    beyond = track is not None and max(track.accepted, default=0) > block
     cnt = (f'<span class="cnt" data-k="forwards">forwards <b>{s["forwards"]}</b></span>'
            f'<span class="cnt" data-k="tokens">tokens <b>{s["tokens"]}</b></span>'
            f'<span class="cnt" data-k="tpf">tokens/forward <b>{s["tokens_per_forward"]:.2f}</b></span>'
@@ -159,7 +162,7 @@ def panel_html(side: str, title: str, model_name: str, track: TokenTrack | None,
             f'<div class="head"><b>{html.escape(title)}</b> <span class="model">{html.escape(model_name)}</span>'
             f' <span class="status">{STATUS_TEXT.get(status, status)}</span></div>'
             f'<div class="counters">{cnt}</div>{note_html}'
-            f'<div class="text">{body}</div>{legend_html(block, exact)}</div>')
+            f'<div class="text">{body}</div>{legend_html(block, exact, beyond)}</div>')
 
 
 def speed_html(ar: dict | None, mars: dict | None) -> str:

@@ -39,7 +39,8 @@ footer, footer a, footer button, .built-with, .show-api, .settings, .run-history
   padding: 6px; background: #fff; color: #111;}
 .mars-panel .tok {border-radius: 3px; padding: 0 1px; position: relative; cursor: pointer;}
 .mars-panel .tok:focus {outline: 2px solid #1d4ed8; outline-offset: 1px;}
-.mars-panel .tok.verified {text-decoration: underline double; text-underline-offset: 3px;}
+.mars-panel .tok.verified {text-decoration: underline double; text-underline-offset: 3px;
+  text-decoration-color: #111;}  /* drawn below the shade, on the page: dark even under white text */
 .legend .legend-verified {cursor: default; padding: 0;}
 .mars-panel .tok:focus::after {content: attr(data-tip); position: absolute; left: 0; top: 1.7em; z-index: 10;
   background: #111; color: #fff; padding: 4px 8px; border-radius: 4px; font-size: 13px; white-space: normal;

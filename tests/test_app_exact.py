@@ -106,3 +106,13 @@ def test_the_steps_chart_fits_a_step_longer_than_a_block():
     assert [int(n) for n, _, _ in bars] == [11, 1, 4]
     assert all(float(y) >= 10 - 1e-6 for _, y, _ in bars)  # below the chart's top padding
     assert float(bars[0][2]) == max(float(h) for _, _, h in bars) and "left axis 0-11" in html
+
+
+def test_the_colour_key_says_when_a_forward_took_more_than_a_block():
+    tok = make_tokenizer()
+    track = render.TokenTrack(tok, 4)
+    ids = tok("Tom has 12 apples and Tom has 12 apples")["input_ids"]
+    track.add(0, ids[:2], [0.9, 0.9], 1.0, verified=1)
+    assert ">4</span>" in render.panel_html("mars", "MARS lossless", "m", track, None, "done")
+    track.add(1, ids[2:9], [0.8] * 7, 1.0, verified=6)
+    assert ">4+</span>" in render.panel_html("mars", "MARS lossless", "m", track, None, "done")
