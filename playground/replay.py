@@ -23,8 +23,9 @@ def decisions(step: Step, metric: str) -> list[tuple[str, str]]:
     v = step.verified
     for j, c in enumerate(step.confidences):
         if v is not None and j < v:
-            out.append(("accepted", "a draft (a mask prediction of the previous forward), verified: the model's "
-                        "own next-token prediction agrees, so it is exactly the AR token"))
+            out.append(("accepted", "a draft (proposed before this forward: a mask prediction of the previous one, "
+                        "a token copied from earlier in the text with prompt lookup, or the draft model's in spec), "
+                        "verified: the model's own next-token prediction agrees, so it is exactly the AR token"))
         elif v is not None and j == v and j < step.accepted:
             out.append(("accepted", "the model's own AR prediction after the verified drafts (exact)"))
         elif j < step.accepted:
