@@ -60,7 +60,7 @@ def legend(summary: dict) -> list[str]:
         return []
     return ["lossless: its mask groups after every possible accept count (\"all\"); lossless-lookupN: drafting by "
             "prompt lookup where the text's last N-gram occurred before (`prompt_lookup=N`), by its masks elsewhere; "
-            "-LM: up to M lookup drafts (else block size - 1 = 3); a last part names another group layout "
+            "-LM: up to M lookup drafts (else block size - 1); a last part names another group layout "
             "(\"last\": one group, after the last draft, as the benchmark's `mars-lossless-lookup` row).", ""]
 
 
