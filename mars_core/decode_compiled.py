@@ -106,7 +106,7 @@ def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Te
     Returns the next (feed, n_feed, cursor, remaining, alive) and the packed outcome (R, 2B + 2).
     """
     B = block
-    ids, pos = window_inputs(feed, n_feed, cursor, B, mask_id, pad_id)
+    ids, pos = window_inputs(feed, n_feed, cursor, B - 1, mask_id, pad_id)
     keep = n_feed[:, None] - 1 + torch.arange(B, device=feed.device)  # (R, B): the last real token and the masks
     logits = _forward(model, cache, ids, pos, keep, window)  # (R, B, V)
     tokens, conf, n_acc = accept(logits, tau, metric, temperature, noise, max_accept)
@@ -118,17 +118,17 @@ def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Te
             remaining - take, going, pack(tokens, conf, take, done))
 
 
-def window_inputs(feed: torch.Tensor, n_feed: torch.Tensor, cursor: torch.Tensor, B: int, mask_id: int,
+def window_inputs(feed: torch.Tensor, n_feed: torch.Tensor, cursor: torch.Tensor, n_masks: int, mask_id: int,
                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A step's fixed-width window: each row's first n_feed tokens of `feed` (R, F), then B - 1
-    masks, then padding, W = F + B - 1 wide (2B - 1 for MARS, whose F is B). Returns ids and
-    position ids (R, W); a position id is also the buffer slot written."""
+    """A step's fixed-width window: each row's first n_feed tokens of `feed` (R, F), then n_masks
+    masks (B - 1 for MARS), then padding, W = F + n_masks wide (2B - 1 for MARS, whose F is B).
+    Returns ids and position ids (R, W); a position id is also the buffer slot written."""
     R, F = feed.shape
-    W = F + B - 1
+    W = F + n_masks
     col = torch.arange(W, device=feed.device)
     n = n_feed[:, None]
     real = feed.gather(1, col.clamp(max=F - 1).expand(R, W))
-    ids = torch.where(col < n, real, torch.where(col < n + B - 1, mask_id, pad_id))
+    ids = torch.where(col < n, real, torch.where(col < n + n_masks, mask_id, pad_id))
     return ids, cursor[:, None] + col
 
 
@@ -295,7 +295,8 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
     `after(rows, live, outcomes, event)`, if given, adds the decoder's own bookkeeping to a step
     and returns each live row's next feed; `refeed(rows, order, feeds) -> (feed, n_feed)`, if
     given, builds the next step's feed on the host from them (prompt lookup: what a row drafts
-    depends on its text), up to `max_feed` tokens wide (default B); each width is its own graph."""
+    depends on its text), up to `max_feed` tokens wide (default B), and the step's keyword
+    `group` (whether it carries mask predictions); each width and `group` is its own graph."""
     cfg, dev, B = rows.cfg, rows.device, rows.block
     mode = resolve_mode(cfg.compile, dev)
     graphs = mode in ("reduce-overhead", "max-autotune")  # CUDA graphs: fixed buffer addresses
@@ -317,8 +318,9 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
         vocab = logits.shape[-1]
         order = list(range(N))  # buffer row -> sequence index
         loop = _initial_state(rows, feed, dev, B)  # the rows' tensors the step reads and returns
+        group = {}  # the step's keyword `group`, when a refeed decides it
         if refeed is not None:
-            loop[:2] = refeed(rows, order, dict(enumerate(feed)))
+            loop[0], loop[1], group["group"] = refeed(rows, order, dict(enumerate(feed)))
         rows.still_active()
         yield event
         kw = dict(block=B, mask_id=mask_id, pad_id=pad_id, metric=cfg.metric,
@@ -331,7 +333,7 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
             if graphs:
                 torch.compiler.cudagraph_mark_step_begin()
             width = loop[0].shape[1]  # the feed's: the tokens a row may emit
-            *loop, packed = step(model, cache, *loop, taus, rows.stop_ids, noise, **kw,
+            *loop, packed = step(model, cache, *loop, taus, rows.stop_ids, noise, **kw, **group,
                                   window=_window(rows, order, span, cache.capacity))
             if graphs:  # a replay overwrites its outputs: keep copies of what the next step reads
                 loop = [t.clone() for t in loop]
@@ -340,7 +342,7 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
             outcome = rows.record([r for r, _ in mine], [p for _, p in mine], tau, width)
             feeds = after(rows, [r for r, _ in mine], outcome.rows, outcome.event) if after is not None else None
             if refeed is not None:
-                loop[:2] = refeed(rows, order, feeds)
+                loop[0], loop[1], group["group"] = refeed(rows, order, feeds)
             rows.still_active()
             n_live = len(rows.active)
             if 0 < n_live and _bucket(n_live) < len(order):

@@ -35,7 +35,7 @@ from .acceptance import confidence
 from .decode_compiled import StaticCursorCache, _forward, run_static, window_inputs
 from .decode_exact import cap_drafts
 from .decoding import Rows, StepEvent, cut, pack
-from .drafter import pick_drafts
+from .drafter import pick
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -45,22 +45,25 @@ def lossless_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.
                   cursor: torch.Tensor, remaining: torch.Tensor, alive: torch.Tensor, tau: torch.Tensor,
                   stop_ids: torch.Tensor, noise: torch.Tensor | None, *, block: int, mask_id: int, pad_id: int,
                   metric: str, temperature: float, max_accept: int | None,
-                  window: int) -> tuple[torch.Tensor, ...]:
+                  window: int, group: bool = True) -> tuple[torch.Tensor, ...]:
     """One verify-and-draft forward of every row at its cursor; all on the device.
 
     feed (R, K + 1) long: the bonus, then the drafts (n_feed - 1 of them; K = B - 1 unless prompt
     lookup drafts more); the rest as `static_step` (tau and noise are unused: greedy verification
-    has no threshold and no randomness). Returns the next (feed, n_feed, cursor, remaining, alive)
-    and the packed outcome (R, 2(K + 1) + 2 + 3 + B - 1): emitted tokens, confidences, kept, done,
-    then [accepted drafts j, whether the next step has drafts, drafts verified this step, the
-    group's B - 1 predictions: the next drafts, where it has them].
+    has no threshold and no randomness). group False: no masks after the chain (every row copied
+    its drafts by prompt lookup), so no row has drafts from this step (M = 0 below, else B - 1).
+    Returns the next (feed, n_feed, cursor, remaining, alive) and the packed outcome
+    (R, 2(K + 1) + 2 + 3 + M): emitted tokens, confidences, kept, done, then [accepted drafts j,
+    whether the next step has drafts, drafts verified this step, the group's M predictions: the
+    next drafts, where it has them].
     """
     B, R, K = block, feed.shape[0], feed.shape[1] - 1
-    ids, pos = window_inputs(feed, n_feed, cursor, B, mask_id, pad_id)  # (R, K + B)
+    M = B - 1 if group else 0  # the group's masks
+    ids, pos = window_inputs(feed, n_feed, cursor, M, mask_id, pad_id)  # (R, K + 1 + M)
     col = torch.arange(K + 1, device=feed.device)
-    keep = torch.cat([col.expand(R, K + 1), n_feed[:, None] + col[:B - 1]], dim=1)  # p_1..p_{K+1}, the masks
-    logits = _forward(model, cache, ids, pos, keep, window)  # (R, K + B, V)
-    verify, group = logits[:, :K + 1], logits[:, K + 1:]  # (R, K + 1, V): p_1..p_{K+1}; (R, B - 1, V): the masks
+    keep = torch.cat([col.expand(R, K + 1), n_feed[:, None] + col[:M]], dim=1)  # p_1..p_{K+1}, the masks
+    logits = _forward(model, cache, ids, pos, keep, window)  # (R, K + 1 + M, V)
+    verify, masks = logits[:, :K + 1], logits[:, K + 1:]  # (R, K + 1, V): p_1..p_{K+1}; (R, M, V): the masks
     target = verify.argmax(dim=-1)  # (R, K + 1)
     drafts, k = feed[:, 1:], n_feed - 1  # (R, K), (R,)
     ok = (drafts == target[:, :K]) & (col[None, :K] < k[:, None])
@@ -74,9 +77,9 @@ def lossless_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.
     take, done = cut(tokens, j + 1, stop_ids, remaining)
     done = done | ~alive
     going = alive & ~done
-    has_group = j == k  # the group stood after d_k: its predictions are the next drafts
-    new_drafts = group.argmax(dim=-1)  # (R, B - 1)
-    next_feed = torch.cat([bonus[:, None], new_drafts], dim=1)  # (R, B)
+    has_group = (j == k) & group  # the group stood after d_k: its predictions are the next drafts
+    new_drafts = masks.argmax(dim=-1)  # (R, M)
+    next_feed = torch.cat([bonus[:, None], new_drafts], dim=1)  # (R, 1 + M)
     next_n = torch.where(going & has_group, B, 1)
     extra = torch.cat([torch.stack([j, has_group.long(), k], dim=1), new_drafts], dim=1)
     return (next_feed, next_n, cursor + torch.where(alive, 1 + j, 0), remaining - take, going,
@@ -110,23 +113,30 @@ def lookup_refeed(n_lookup: int, min_ngram: int) -> Callable:
     """The host half of compiled lossless MARS with prompt lookup (`run_static`'s `refeed`).
 
     Each row drafts as `drafter.LookupDrafter` does, from its prompt and output so far: the tokens
-    that followed an earlier occurrence of its last n-gram, or its mask predictions. The feed is
-    B wide when no row drafts more than B - 1 tokens and 1 + max(B - 1, n_lookup) otherwise: two
-    graphs per bucket and window, so that a step without a long lookup draft stays narrow.
+    that followed an earlier occurrence of its last n-gram, or its mask predictions (none after a
+    step whose drafts it copied). The feed is B wide when no row drafts more than B - 1 tokens
+    and 1 + max(B - 1, n_lookup) otherwise, and carries the mask group unless every decoding row
+    copied: up to three graphs per bucket and window, so that a step stays as narrow as it can.
+    Returns (feed, n_feed, group).
     """
-    def refeed(rows: Rows, order: list[int], feeds: dict[int, list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        chains = []
+    copied: dict[int, bool] = {}  # per sequence: were its last drafts copied?
+
+    def refeed(rows: Rows, order: list[int], feeds: dict[int, list[int]]) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        chains, now = [], []
         for r in order:
             feed = feeds.get(r) if not rows.finished[r] else None
             if not feed:
                 chains.append([0])  # a finished row runs one token at its frozen cursor
                 continue
             text = rows.prompts[r] + rows.out[r]
-            chains.append(feed[:1] + pick_drafts(text, feed[1:], min_ngram, n_lookup))
+            drafts, copied[r] = pick(text, [] if copied.get(r) else feed[1:], min_ngram, n_lookup)
+            chains.append(feed[:1] + drafts)
+            now.append(copied[r])
         B = rows.block
         F = B if max(map(len, chains)) <= B else 1 + max(B - 1, n_lookup)
         feed = torch.tensor([c + [0] * (F - len(c)) for c in chains], dtype=torch.long, device=rows.device)
-        return feed, torch.tensor([len(c) for c in chains], dtype=torch.long, device=rows.device)
+        n_feed = torch.tensor([len(c) for c in chains], dtype=torch.long, device=rows.device)
+        return feed, n_feed, not (now and all(now))
 
     return refeed
 

@@ -95,7 +95,9 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
     while rows.running():
         tau, live = rows.tau(), rows.active
         drafts, q = drafter.propose()
-        verify, masks, sel = target.forward(feed, drafts, B, cfg.draft_groups)  # (R, k + 1, V), (R, G, B - 1, V)
+        # no group where every row copied its drafts (`LookupDrafter`): nothing would read it
+        groups = cfg.draft_groups if getattr(drafter, "needs_groups", True) else "none"
+        verify, masks, sel = target.forward(feed, drafts, B, groups)  # (R, k + 1, V), (R, G, B - 1, V)
         R, k = verify.shape[0], verify.shape[1] - 1
         V = verify.shape[-1]
         d = torch.tensor([x + [0] * (k - len(x)) for x in drafts], dtype=torch.long, device=rows.device)
@@ -111,7 +113,10 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
         at = torch.arange(R, device=rows.device)
         match = sel == j[:, None]  # (R, G): the group standing right after d_j, if the forward has it
         has_group = match.any(dim=1)
-        group = masks[at, match.long().argmax(dim=1)]  # (R, B - 1, V)
+        if masks.shape[1]:
+            group = masks[at, match.long().argmax(dim=1)]  # (R, B - 1, V)
+        else:  # no group in this forward: has_group is False, so these are never read
+            group = verify.new_zeros(R, B - 1, V)
         noise = None if gumbel is None else gumbel[:, 1:]
         if spec:
             cap = None if cfg.max_accept is None else cfg.max_accept - j  # drafts count towards the cap

@@ -64,6 +64,12 @@ class LookupDrafter(SelfDrafter):
     to 3) occurred earlier in its prompt or output proposes the up to `n_lookup` tokens that
     followed it (`lookup.lookup_match`); any other row proposes its B - 1 mask predictions. One
     chain either way; greedy only.
+
+    A forward whose drafts a row copied carries no mask group for that row: the mask predictions
+    after a copied chain are dropped (`update`), so a next step without a lookup match has no
+    drafts, emits one AR token and drafts again. Replayed on the real model, the group after a
+    copied chain added nothing measurable to tokens per forward (docs/cpu-kernels.md), and
+    where every row copied, the forward is B - 1 tokens narrower (`needs_groups`).
     """
 
     def __init__(self, prompts: list[list[int]], n_masks: int, min_ngram: int, n_lookup: int | None = None):
@@ -72,25 +78,35 @@ class LookupDrafter(SelfDrafter):
         self.texts = [list(p) for p in prompts]
         self.started = False  # the first forward drafts nothing, as SelfDrafter's (rows only ever leave)
         self.min_ngram = min_ngram
+        self.copied = [False] * len(prompts)  # per active row: did its last proposal copy?
 
     def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
         if not self.started:
             return self.drafts, None
-        return [pick_drafts(text, masks, self.min_ngram, self.n_lookup) for text, masks in zip(self.texts, self.drafts)], None
+        picks = [pick(text, masks, self.min_ngram, self.n_lookup) for text, masks in zip(self.texts, self.drafts)]
+        self.copied = [c for _, c in picks]
+        return [d for d, _ in picks], None
+
+    @property
+    def needs_groups(self) -> bool:
+        """Whether the next forward must carry mask groups: not if every row's drafts are copied."""
+        return not (self.started and all(self.copied))
 
     def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]], q: torch.Tensor | None) -> None:
         for text, e in zip(self.texts, emitted):
             text.extend(e)
         self.started = True
-        super().update(j, emitted, drafts, q)
+        super().update(j, emitted, [[] if c else d for d, c in zip(drafts, self.copied)], q)
 
     def select(self, keep: list[int]) -> None:
         self.texts = [self.texts[i] for i in keep]
+        self.copied = [self.copied[i] for i in keep]
         super().select(keep)
 
 
-def pick_drafts(text: list[int], masks: list[int], min_ngram: int, n_lookup: int) -> list[int]:
-    """A row's drafts under prompt lookup: up to `n_lookup` tokens copied from after an earlier
-    occurrence of the text's last n-gram (n >= min_ngram), else its mask predictions `masks`."""
+def pick(text: list[int], masks: list[int], min_ngram: int, n_lookup: int) -> tuple[list[int], bool]:
+    """A row's drafts under prompt lookup and whether they were copied: up to `n_lookup` tokens
+    from after an earlier occurrence of the text's last n-gram (n >= min_ngram), else its mask
+    predictions `masks`."""
     n, copied = lookup_match(text, n_lookup)
-    return copied if n >= min_ngram and copied else masks
+    return (copied, True) if n >= min_ngram and copied else (masks, False)

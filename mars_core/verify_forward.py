@@ -48,8 +48,11 @@ def group_choice(k: list[int], groups: str) -> list[list[int]]:
     """Per row, the accept counts j whose group of masks the forward carries (one list length).
 
     "all": every j = 0..k (padded with k); "last": j = k only (every draft accepted); "ends":
-    j = 0 and j = k.
+    j = 0 and j = k; "none" (internal, not a `DecodeConfig` layout): no group, for a forward
+    whose every row copied its drafts by prompt lookup.
     """
+    if groups == "none":
+        return [[] for _ in k]
     if groups == "last":
         return [[a] for a in k]
     if groups == "ends":
@@ -92,7 +95,9 @@ class NoCacheContext:
         # p_i for a row with k < K: its own predictions first, then the last one repeated
         idx = torch.tensor([[min(i, a) + K - a for i in range(K + 1)] for a in k], device=self.device)
         verify = chain.gather(1, idx[..., None].expand(-1, -1, chain.shape[-1]))
-        return verify, torch.stack(masks, dim=1), torch.tensor(sel, device=self.device)
+        R, V = verify.shape[0], verify.shape[-1]
+        masks = torch.stack(masks, dim=1) if masks else verify.new_zeros(R, 0, B - 1, V)
+        return verify, masks, torch.tensor(sel, dtype=torch.long, device=self.device).reshape(R, len(sel[0]))
 
     def keep(self, j: list[int]) -> None:
         """The first j[i] drafts of row i's last forward become committed text."""
@@ -127,9 +132,12 @@ def window_layout(n: torch.Tensor, k: torch.Tensor, sel: torch.Tensor, B: int,
     chain = n_ + k_  # (R, 1)
     rel = i - chain
     in_group = (rel >= 0) & (rel < G * M)
-    h = torch.div(rel.clamp_min(0), max(M, 1), rounding_mode="floor").clamp(max=G - 1)  # group slot
-    m = rel.clamp_min(0) - h * M
-    g = sel.gather(1, h)  # (R, W): the accept count the slot's group stands after
+    if G:
+        h = torch.div(rel.clamp_min(0), max(M, 1), rounding_mode="floor").clamp(max=G - 1)  # group slot
+        m = rel.clamp_min(0) - h * M
+        g = sel.gather(1, h)  # (R, W): the accept count the slot's group stands after
+    else:  # no group: every slot past the chain is padding
+        h = m = g = torch.zeros_like(rel)
     is_chain = i < chain
     pos = torch.where(is_chain, i, torch.where(in_group, n_ + g + m, i))
     q, s = (slice(None), slice(None), None), (slice(None), None, slice(None))
@@ -167,7 +175,7 @@ class CursorContext:
         W = max(widths)
         ids = torch.tensor([x + d + [self.mask_id] * (G * M) + [self.pad_id] * (W - w)
                             for x, d, w in zip(new, drafts, widths)], device=dev)
-        sel = torch.tensor(sel_list, device=dev)
+        sel = torch.tensor(sel_list, dtype=torch.long, device=dev).reshape(len(sel_list), G)
         pattern, rel_pos, keep = window_layout(torch.tensor(n_list, device=dev), torch.tensor(k_list, device=dev),
                                                sel, B, W)
         start = torch.tensor(self.cursor, device=dev)

@@ -44,7 +44,9 @@ def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n, tokens, gro
     decoder: an oracle for which drafts each step takes and how many are accepted (the compiled
     path, `decode_compiled_lossless`, included: it drafts on the host, verifies on the device)."""
     model, tok = bundled
-    prompts = [q for q, _ in CASES]  # their answers end at different steps: rows leave the batch mid-way
+    # their answers end at different steps: rows leave the batch mid-way; the repeating prompts copy
+    # long drafts beside rows that do not (a mixed batch still drops the masks after a copied chain)
+    prompts = [q for q, _ in CASES] + ["Tom has 12 apples. Tom has 12 apples. Tom has", "the the the the"]
     cfg = dict(block_size=4, max_new_tokens=96, cache="cursor")
     ar = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
     res = generate(model, tok, prompts, DecodeConfig(mode="lossless", draft_groups=groups, prompt_lookup=n,
@@ -58,11 +60,82 @@ def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n, tokens, gro
         tops = mask_tops(model, s, len(prompt) - 1, tok.mask_token_id, 4, 1)
         forwards = sum(1 for step in res.stats.accepted_per_step if step[i] > 0)
         assert forwards == replay(s, len(prompt) - 1, tops, (1, 1, 1), switch=n, lookup_tokens=tokens,
-                                  groups=groups), p
+                                  groups=groups, lookup_groups=False), p
         differ += forwards != replay(s, len(prompt) - 1, tops, (1, 1, 1), groups=groups)
     assert differ  # the lookup drafts were used on some prompt (else this test could not see them)
     longest = max(max(step) for step in res.stats.accepted_per_step)
     assert longest == (tokens or 3) + 1  # and a step took all of them (longer than a block with 7)
+
+
+def test_a_step_whose_drafts_were_all_copied_carries_no_masks(bundled):
+    """The rule "no mask group after a copied chain", eager: every forward whose rows all copied
+    their drafts feeds no [MASK], the others do, and both happen (a repeating prompt)."""
+    from mars_core import drafter
+    model, tok = bundled
+    prompts = ["Tom has 12 apples. Tom has 12 apples. Tom has 12 apples. Tom has"]
+    propose, state, seen = drafter.LookupDrafter.propose, {}, []  # seen: (all copied, masks fed) per forward
+
+    def spy(self):
+        out = propose(self)
+        state["copied"] = self.started and all(self.copied)
+        return out
+
+    def hook(_, args, kwargs):
+        seen.append((state.pop("copied", False), bool((kwargs["input_ids"] == tok.mask_token_id).any())))
+    drafter.LookupDrafter.propose = spy
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        res = generate(model, tok, prompts, DecodeConfig(mode="lossless", prompt_lookup=2, prompt_lookup_tokens=7,
+                                                         max_new_tokens=48))
+    finally:
+        handle.remove()
+        drafter.LookupDrafter.propose = propose
+    assert res.token_ids == generate(model, tok, prompts, DecodeConfig(mode="ar", max_new_tokens=48)).token_ids
+    assert all(copied != masks for copied, masks in seen), seen
+    assert {copied for copied, _ in seen} == {True, False}
+
+
+def test_compiled_lookup_builds_a_graph_without_masks(bundled, monkeypatch):
+    """Compiled: the step runs with group=False (no masks in its window) once every row copied,
+    with the mask group otherwise, and the output stays AR's. The step is wrapped, so torch.compile
+    traces it afresh and the wrapper sees each variant (feed width, group) it is compiled for."""
+    from mars_core import decode_compiled_lossless as dcl
+    model, tok = bundled
+    step, traced = dcl.lossless_step, set()
+
+    def wrapped(*args, **kw):
+        traced.add((args[2].shape[1], kw.get("group", True)))  # (feed width, carries the group)
+        return step(*args, **kw)
+    monkeypatch.setattr(dcl, "lossless_step", wrapped)
+    prompts = ["Tom has 12 apples. Tom has 12 apples. Tom has 12 apples. Tom has"]
+    res = generate(model, tok, prompts, DecodeConfig(mode="lossless", prompt_lookup=2, prompt_lookup_tokens=7,
+                                                     max_new_tokens=48, compile=True))
+    assert res.token_ids == generate(model, tok, prompts, DecodeConfig(mode="ar", max_new_tokens=48)).token_ids
+    assert (8, False) in traced and (4, True) in traced, traced
+
+
+def test_compiled_refeed_drops_the_masks_after_a_copied_chain():
+    """`lookup_refeed`, the host half of the compiled path, against the rule written out: a row
+    that copied its drafts has no mask drafts next step even where a mixed batch carried the group,
+    and the step carries a group unless every decoding row copies."""
+    from types import SimpleNamespace
+    from mars_core.decode_compiled_lossless import lookup_refeed
+    rows = SimpleNamespace(finished=[False, False], prompts=[[1, 2, 3, 1, 2], [7, 8, 9]], out=[[3], [10]],
+                           block=4, device="cpu")
+    refeed = lookup_refeed(5, 2)
+    feed, n_feed, group = refeed(rows, [0, 1], {0: [3, 50, 51, 52], 1: [10, 60, 61, 62]})
+    assert feed[0, :4].tolist() == [3, 1, 2, 3] and feed[1, :4].tolist() == [10, 60, 61, 62]  # (2, 3) -> 1, 2, 3
+    assert n_feed.tolist() == [4, 4] and group  # row 1 drafts by its masks: the group is carried
+    rows.out = [[3, 1, 2, 3, 99], [10, 11]]  # row 0 took its copied chain, then 99: (3, 99) never occurred
+    feed, n_feed, group = refeed(rows, [0, 1], {0: [99, 70, 71, 72], 1: [11, 80, 81, 82]})
+    assert n_feed.tolist() == [1, 4] and feed[0, 0] == 99  # the group's drafts after a copied chain: dropped
+    rows.prompts[0] = [99, 5, 6, 7]  # row 0's (99, 5) -> 6, 7, 3, 1, 2; row 1's (10, 11) -> 9, 10, 11
+    rows.out = [[3, 1, 2, 3, 99, 5], [10, 11, 9, 10, 11]]
+    feed, n_feed, group = refeed(rows, [0, 1], {0: [5, 90, 91, 92], 1: [11, 83, 84, 85]})
+    assert feed[0].tolist() == [5, 6, 7, 3, 1, 2] and n_feed.tolist() == [6, 4] and not group  # both copy
+    rows.finished = [False, True]
+    feed, n_feed, group = refeed(rows, [0, 1], {0: [5, 90, 91, 92]})
+    assert n_feed.tolist() == [6, 1] and not group  # a finished row (one token at its cursor) needs no group
 
 
 def test_prompt_lookup_is_refused_where_it_does_not_run():
