@@ -26,12 +26,12 @@ from .tree_bound import ar_text, mask_tops, replay
 
 CHAIN = (1, 1, 1)  # block size 4: three mask drafts
 VARIANTS = {  # name: (replay keywords, mask groups a forward carries); as the decoder does it since
-    # 2026-12-05, a forward of copied drafts carries no group (lookup_groups=False); the "with masks
-    # after a copied chain" rows are the rule before it, kept for the comparison
+    # 2026-12-05: with "last", a forward of copied drafts carries no group (lookup_groups=False), with
+    # "all" it keeps them; the other rule of each layout is kept for the comparison
     "masks, last": (dict(groups="last"), 1),
     "masks, all": (dict(groups="all"), 4),
-    "lookup 3, all": (dict(switch=2, groups="all", lookup_groups=False), 4),
-    "lookup 3, all, with masks after a copied chain": (dict(switch=2, groups="all"), 4),
+    "lookup 3, all": (dict(switch=2, groups="all"), 4),
+    "lookup 3, all, no masks after a copied chain": (dict(switch=2, groups="all", lookup_groups=False), 4),
     "lookup 3, last": (dict(switch=2, groups="last", lookup_groups=False), 1),
     "lookup 5, last": (dict(switch=2, groups="last", lookup_tokens=5, lookup_groups=False), 1),
     "lookup 7, last": (dict(switch=2, groups="last", lookup_tokens=7, lookup_groups=False), 1),

@@ -83,10 +83,10 @@ class DecodeConfig:
                       depends on it.
     prompt_lookup:    0 (off) or n in 1..3, "lossless" only, greedy (eager or compiled): where the text's last
                       n-gram (or a longer one) occurred before, the drafts are the tokens that
-                      followed it instead of the mask predictions (`drafter.LookupDrafter`; a
-                      forward of copied drafts carries no mask group, so it is B - 1 tokens
-                      narrower); the output is still exactly AR's (docs/tree-drafts.md,
-                      docs/cpu-kernels.md have the measurements).
+                      followed it instead of the mask predictions (`drafter.LookupDrafter`; with
+                      draft_groups "last" a forward of copied drafts carries no mask group, so it
+                      is B - 1 tokens narrower); the output is still exactly AR's
+                      (docs/tree-drafts.md, docs/cpu-kernels.md have the measurements).
     prompt_lookup_tokens: the most drafts such a lookup proposes, 1..MAX_DRAFT_TOKENS (None:
                       block_size - 1, as the masks; 7-10 measured best on a CPU, docs/cpu-kernels.md).
                       A step then emits up to this many + 1 tokens. Needs prompt_lookup.

@@ -65,20 +65,24 @@ class LookupDrafter(SelfDrafter):
     followed it (`lookup.lookup_match`); any other row proposes its B - 1 mask predictions. One
     chain either way; greedy only.
 
-    A forward whose drafts a row copied carries no mask group for that row: the mask predictions
-    after a copied chain are dropped (`update`), so a next step without a lookup match has no
-    drafts, emits one AR token and drafts again. Replayed on the real model, the group after a
-    copied chain added nothing measurable to tokens per forward (docs/cpu-kernels.md), and
-    where every row copied, the forward is B - 1 tokens narrower (`needs_groups`).
+    With the "last" layout (`groups_after_copy` False), a forward whose drafts a row copied
+    carries no mask group for that row: the mask predictions after a copied chain are dropped
+    (`update`), so a next step without a lookup match has no drafts, emits one AR token and drafts
+    again; where every row copied, the forward is B - 1 tokens narrower (`needs_groups`). "last"'s
+    one group stands after the last copied draft, and replayed on the real model it changed tokens
+    per forward by less than 0.005 on three sets; with "all" the groups after a partial accept
+    add 0.04-0.06, so they stay (docs/cpu-kernels.md).
     """
 
-    def __init__(self, prompts: list[list[int]], n_masks: int, min_ngram: int, n_lookup: int | None = None):
+    def __init__(self, prompts: list[list[int]], n_masks: int, min_ngram: int, n_lookup: int | None = None,
+                 groups_after_copy: bool = True):
         self.n_lookup = n_masks if n_lookup is None else n_lookup
         super().__init__(len(prompts), max(n_masks, self.n_lookup))
         self.texts = [list(p) for p in prompts]
         self.started = False  # the first forward drafts nothing, as SelfDrafter's (rows only ever leave)
         self.min_ngram = min_ngram
         self.copied = [False] * len(prompts)  # per active row: did its last proposal copy?
+        self.groups_after_copy = groups_after_copy
 
     def propose(self) -> tuple[list[list[int]], torch.Tensor | None]:
         if not self.started:
@@ -89,14 +93,17 @@ class LookupDrafter(SelfDrafter):
 
     @property
     def needs_groups(self) -> bool:
-        """Whether the next forward must carry mask groups: not if every row's drafts are copied."""
-        return not (self.started and all(self.copied))
+        """Whether the next forward must carry mask groups: not if every row's drafts are copied
+        (and the masks after a copied chain are dropped)."""
+        return self.groups_after_copy or not (self.started and all(self.copied))
 
     def update(self, j: list[int], emitted: list[list[int]], drafts: list[list[int]], q: torch.Tensor | None) -> None:
         for text, e in zip(self.texts, emitted):
             text.extend(e)
         self.started = True
-        super().update(j, emitted, [[] if c else d for d, c in zip(drafts, self.copied)], q)
+        if not self.groups_after_copy:
+            drafts = [[] if c else d for d, c in zip(drafts, self.copied)]
+        super().update(j, emitted, drafts, q)
 
     def select(self, keep: list[int]) -> None:
         self.texts = [self.texts[i] for i in keep]
