@@ -293,7 +293,7 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
     feeds)` on its logits, then `compiled_step` (`static_step` or another step of the same
     signature) until every row stops, shrinking the batch into smaller buckets as rows finish.
     `after(rows, live, outcomes, event)`, if given, adds the decoder's own bookkeeping to a step
-    and returns each live row's next feed; `refeed(rows, order, feeds) -> (feed, n_feed)`, if
+    and returns each live row's next feed; `refeed(rows, order, feeds) -> (feed, n_feed, group)`, if
     given, builds the next step's feed on the host from them (prompt lookup: what a row drafts
     depends on its text), up to `max_feed` tokens wide (default B), and the step's keyword
     `group` (whether it carries mask predictions); each width and `group` is its own graph."""

@@ -69,9 +69,9 @@ class LookupDrafter(SelfDrafter):
     carries no mask group for that row: the mask predictions after a copied chain are dropped
     (`update`), so a next step without a lookup match has no drafts, emits one AR token and drafts
     again; where every row copied, the forward is B - 1 tokens narrower (`needs_groups`). "last"'s
-    one group stands after the last copied draft, and replayed on the real model it changed tokens
-    per forward by less than 0.005 on three sets; with "all" the groups after a partial accept
-    add 0.04-0.06, so they stay (docs/cpu-kernels.md).
+    one group stands after the last copied draft, and replayed on the real model dropping it left
+    tokens per forward unchanged to two decimals on three sets; with "all" the groups after a
+    partial accept add 0.04-0.06, so they stay (docs/cpu-kernels.md).
     """
 
     def __init__(self, prompts: list[list[int]], n_masks: int, min_ngram: int, n_lookup: int | None = None,

@@ -90,9 +90,13 @@ def test_a_step_whose_drafts_were_all_copied_carries_no_masks(bundled):
     finally:
         handle.remove()
         drafter.LookupDrafter.propose = propose
-    assert res.token_ids == generate(model, tok, prompts, DecodeConfig(mode="ar", max_new_tokens=48)).token_ids
+    ar = generate(model, tok, prompts, DecodeConfig(mode="ar", max_new_tokens=48)).token_ids
+    assert res.token_ids == ar
     assert all(copied != masks for copied, masks in seen), seen
     assert {copied for copied, _ in seen} == {True, False}
+    # the reference (no cache) takes the same steps, so it meets forwards with no group too
+    assert generate(model, tok, prompts, DecodeConfig(mode="lossless", cache="none", prompt_lookup=2,
+                                                      prompt_lookup_tokens=7, max_new_tokens=48)).token_ids == ar
 
 
 def test_compiled_lookup_builds_a_graph_without_masks(bundled, monkeypatch):
