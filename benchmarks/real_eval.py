@@ -66,8 +66,10 @@ def read_set(kind: str, path: str, limit: int | None = None, per_category: int |
 
 def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True,
              draft_groups: str = "all", prompt_lookup: int = 0,
-             prompt_lookup_tokens: int | None = None) -> dict[str, DecodeConfig]:
-    """AR, MARS at each tau, lossless MARS (and with prompt-lookup drafts where `prompt_lookup`).
+             prompt_lookup_tokens: int | None = None,
+             draft_trees: tuple[tuple[int, ...], ...] = ()) -> dict[str, DecodeConfig]:
+    """AR, MARS at each tau, lossless MARS (and with prompt-lookup drafts where `prompt_lookup`,
+    with each draft tree of `draft_trees`: "lossless-tree2-2-1").
     Lossless carries a mask group after every possible accept count ("all"): on a real model
     most steps reject a draft, and "last" would then have no drafts for the next step
     (docs/lossless.md)."""
@@ -82,7 +84,18 @@ def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True
                 + ("" if draft_groups == "all" else f"-{draft_groups}"))
         out[name] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor", draft_groups=draft_groups,
                                  prompt_lookup=prompt_lookup, prompt_lookup_tokens=prompt_lookup_tokens)
+    for widths in draft_trees:
+        out["lossless-tree" + "-".join(map(str, widths))] = DecodeConfig(
+            mode="lossless", block_size=block_size, cache="cursor", draft_tree=widths)
     return out
+
+
+def parse_trees(text: str) -> tuple[tuple[int, ...], ...]:
+    """"2,2,1 2,1,1" -> ((2, 2, 1), (2, 1, 1)); ValueError on anything else."""
+    try:
+        return tuple(tuple(int(w) for w in part.split(",")) for part in text.split())
+    except ValueError:
+        raise ValueError(f"--draft-trees takes widths such as '2,2,1 2,1,1', got {text!r}") from None
 
 
 def gsm8k_answer(reference) -> dict:
@@ -219,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also lossless MARS with prompt-lookup drafts where an n-gram of at least this length matched")
     p.add_argument("--prompt-lookup-tokens", type=int, default=None,
                    help="the most drafts such a lookup proposes (default block_size - 1)")
+    p.add_argument("--draft-trees", default="",
+                   help="also lossless MARS with these draft trees, widths per distance: '2,2,1 2,1,1'")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16)
@@ -233,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         taus = [float(t) for t in args.taus.split(",") if t.strip()]
         configs = settings(taus, not args.no_lossless, args.block_size, not args.no_ar, args.draft_groups,
-                           args.prompt_lookup, args.prompt_lookup_tokens)
+                           args.prompt_lookup, args.prompt_lookup_tokens, parse_trees(args.draft_trees))
         prompts = read_set(kind, path, args.limit, args.per_category)
         model, tokenizer = load_model(args.model, dtype="float32")
     except (ValueError, OSError) as e:

@@ -10,6 +10,8 @@ import math
 import threading
 from dataclasses import dataclass
 
+from .tree import MAX_TREE_NODES, DraftTree
+
 MODES = ("ar", "mars", "lossless", "spec")
 EXACT_CACHES = ("none", "cursor")
 DRAFT_GROUPS = ("all", "last", "ends")  # the caches that "lossless" and "spec" run on
@@ -90,6 +92,11 @@ class DecodeConfig:
     prompt_lookup_tokens: the most drafts such a lookup proposes, 1..MAX_DRAFT_TOKENS (None:
                       block_size - 1, as the masks; 7-10 measured best on a CPU, docs/cpu-kernels.md).
                       A step then emits up to this many + 1 tokens. Needs prompt_lookup.
+    draft_tree:       None (a chain: the top-1 of each mask) or widths (k_1, .., k_D), D <= block_size
+                      - 1, "lossless" only, greedy, eager: the drafts are the top-k_d mask candidates
+                      at distance d in every combination, verified in one forward with a group of
+                      masks after every node (`decode_tree`; docs/tree-drafts.md). More tokens per
+                      forward from the same weights, in a wider forward; the output is still AR's.
 
     "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
     not used by "lossless" (its output never depends on it).
@@ -112,6 +119,7 @@ class DecodeConfig:
     draft_groups: str = "last"
     prompt_lookup: int = 0
     prompt_lookup_tokens: int | None = None
+    draft_tree: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -168,6 +176,23 @@ class DecodeConfig:
             if not self.prompt_lookup or self.prompt_lookup_tokens > MAX_DRAFT_TOKENS:
                 raise ValueError(f"prompt_lookup_tokens (1..{MAX_DRAFT_TOKENS}) needs prompt_lookup >= 1; got "
                                  f"prompt_lookup_tokens={self.prompt_lookup_tokens}, prompt_lookup={self.prompt_lookup}")
+        if self.draft_tree is not None:
+            self._check_tree()
+
+    def _check_tree(self) -> None:
+        widths = self.draft_tree
+        if isinstance(widths, (list, tuple)):
+            widths = tuple(widths)
+            object.__setattr__(self, "draft_tree", widths)
+        if not isinstance(widths, tuple):
+            raise ValueError(f"draft_tree must be a tuple of widths such as (2, 2, 1), got {widths!r}")
+        if self.mode != "lossless" or self.temperature != 0 or self.compile or self.prompt_lookup:
+            raise ValueError("draft_tree runs with mode=\"lossless\", temperature 0, compile=False and no "
+                             f"prompt_lookup; got mode={self.mode!r}, temperature={self.temperature}, "
+                             f"compile={self.compile!r}, prompt_lookup={self.prompt_lookup}")
+        tree = DraftTree(widths, self.block_size - 1)
+        if tree.size > MAX_TREE_NODES:
+            raise ValueError(f"draft_tree {widths} has {tree.size} nodes; at most {MAX_TREE_NODES} are allowed")
 
     @property
     def effective_block_size(self) -> int:
