@@ -27,7 +27,7 @@ import sys
 
 import torch
 
-from mars_core.config import METRICS, check_tau
+from mars_core.config import METRICS, DecodeConfig, check_tau
 from mars_core.lists import list_arg
 from mars_core.loading import DTYPES, trained_block_size
 
@@ -66,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
                    help="1: the draft decodes AR; > 1: a MARS draft decodes with MARS, blocks of this size (default 1)")
     p.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens of hf-prompt-lookup, prompt_lookup_tokens of "
                    "mars-lossless-lookup (default 10)")
+    p.add_argument("--draft-tree", type=list_arg(int, minimum=1), default=(2, 1, 1),
+                   help="widths per distance of mars-lossless-tree's draft tree (default 2,1,1)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, fixed for the whole run (default 2)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
@@ -87,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         a.block_size = trained_block_size(a.mars_model) or 4
     if a.block_size < 1:
         p.error(f"--block-size must be >= 1, got {a.block_size}")
+    if "mars-lossless-tree" in a.methods:
+        try:
+            DecodeConfig(mode="lossless", block_size=a.block_size, draft_tree=tuple(a.draft_tree))
+        except ValueError as e:
+            p.error(f"--draft-tree: {e}")
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     try:

@@ -61,7 +61,9 @@ def legend(summary: dict) -> list[str]:
     return ["lossless: its mask groups after every possible accept count (\"all\"); lossless-lookupN: drafting by "
             "prompt lookup where the text's last N-gram occurred before (`prompt_lookup=N`), by its masks elsewhere; "
             "-LM: up to M lookup drafts (else block size - 1); a last part names another group layout "
-            "(\"last\": one group, after the last draft, as the benchmark's `mars-lossless-lookup` row).", ""]
+            "(\"last\": one group, after the last draft, as the benchmark's `mars-lossless-lookup` row); "
+            "lossless-treeA-B-C: drafting a tree of the top A, B, C mask candidates at distance 1, 2, 3 in every "
+            "combination, a group of masks after every node (`draft_tree=(A, B, C)`).", ""]
 
 
 def _threads(n) -> str:

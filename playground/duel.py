@@ -17,10 +17,14 @@ AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
 # what the MARS side runs: value -> label (lossless and spec are exact; see mars_core.decode_exact)
 MARS_MODES = {"mars": "MARS (tau)", "lossless": "lossless MARS (exact: verifies its own drafts)",
               "lookup": "lossless MARS + prompt lookup (exact: copies drafts where the text repeats)",
+              "tree": "lossless MARS + draft tree (exact: verifies the masks' top candidates)",
               "spec": "spec: the AR checkpoint drafts, MARS verifies (exact at tau = 1)"}
 # "lookup" is lossless MARS drafting up to this many tokens copied from after an earlier occurrence of
 # the text's last 2-gram (the library's prompt_lookup=2; 10 measured best on a CPU, docs/cpu-kernels.md)
 LOOKUP_TOKENS = 10
+# "tree" drafts the masks' top 2 / 2 / 1 candidates at distance 1 / 2 / 3 (the library's draft_tree; 1.64 tokens
+# per forward against 1.42 for the top-1 chain on the real pair, held-out self-instruct, docs/tree-drafts.md)
+TREE = (2, 2, 1)
 
 
 @dataclass
@@ -125,7 +129,13 @@ class Duel:
                 raise ValueError("prompt lookup drafts greedily: set temperature to 0 for \"lossless MARS + prompt "
                                  "lookup\", or pick \"lossless MARS\", which also samples")
             mars_settings.update(prompt_lookup=2, prompt_lookup_tokens=LOOKUP_TOKENS)
-        mars_cfg = DecodeConfig(mode="lossless" if mars_mode == "lookup" else mars_mode, **mars_settings)
+        if mars_mode == "tree":
+            if settings.get("temperature", 0) != 0 or settings["block_size"] < 2:
+                raise ValueError("the draft tree drafts greedily from the masks: set temperature to 0 and block size "
+                                 "B >= 2 for \"lossless MARS + draft tree\", or pick \"lossless MARS\"")
+            mars_settings.update(draft_tree=TREE[: settings["block_size"] - 1])
+        mode = "lossless" if mars_mode in ("lookup", "tree") else mars_mode
+        mars_cfg = DecodeConfig(mode=mode, **mars_settings)
         self.mars_mode = mars_mode
         ar_cfg = DecodeConfig(mode="ar", **dict(settings, cache="sliding" if settings["cache"] == "block"
                                                 else settings["cache"]))

@@ -119,7 +119,7 @@ class PlaygroundTab:
         ar_html = render.panel_html("ar", "AR", ar_name, ar.track, ar_stats, ar.status,
                                     " · ".join(x for x in (ar.note, note) if x))
         kind = {"mars": "MARS", "lossless": "MARS lossless", "lookup": "MARS lossless + lookup",
-                "spec": "MARS spec"}[duel.mars_mode]
+                "tree": "MARS lossless + tree", "spec": "MARS spec"}[duel.mars_mode]
         mars_html = render.panel_html("mars", f"{kind} (B = {mars.track.block})", mars.loaded.name, mars.track,
                                       mars_stats, mars.status, note)
         steps = render.steps_chart_html(mars.track.accepted, mars.track.taus, mars.track.block,
@@ -163,7 +163,8 @@ class PlaygroundTab:
                      temperature: float = 0.0, seed: int = 0, max_new_tokens: int | None = None, cache: str = "sliding",
                      ar_side: str = AR_SIDES[0], mars_mode: str = "mars", request: gr.Request = None) -> dict:
         """Decode `prompt` with AR and MARS (the models this session chose with /load_models).
-        `mars_mode`: "mars", "lossless", "lookup" (lossless + prompt lookup, greedy) or "spec" (the AR
+        `mars_mode`: "mars", "lossless", "lookup" (lossless + prompt lookup, greedy), "tree" (lossless
+        with a draft tree of the masks' top candidates, greedy) or "spec" (the AR
         checkpoint drafts). Returns per side:
         model name, text, token ids, accepted tokens per forward and stats; whether the outputs
         agree (and whether the mode guarantees it), and the speed-up. `max_new_tokens`: the page's default (256) when not given."""

@@ -21,12 +21,12 @@ def run(pg, mode, tau=1.0, ar_side=AR_SIDES[1], max_new=24, cache="sliding"):  #
     return dict(zip(OUT, list(outs)[-1]))
 
 
-@pytest.mark.parametrize("mode", ["lossless", "lookup", "spec"])
+@pytest.mark.parametrize("mode", ["lossless", "lookup", "tree", "spec"])
 def test_exact_modes_are_identical_to_ar_and_say_it(pg, mode):  # noqa: F811
     last = run(pg, mode)
     assert 'data-agree="1"' in last["compare"] and 'data-guaranteed="1"' in last["compare"]
     assert "identical to AR (guaranteed" in last["compare"]
-    assert {"lookup": "MARS lossless + lookup"}.get(mode, f"MARS {mode}") in last["mars"]
+    assert {"lookup": "MARS lossless + lookup", "tree": "MARS lossless + tree"}.get(mode, f"MARS {mode}") in last["mars"]
 
 
 def test_lookup_mode_copies_drafts_where_the_text_repeats(pg):  # noqa: F811
@@ -44,6 +44,8 @@ def test_lookup_mode_copies_drafts_where_the_text_repeats(pg):  # noqa: F811
 def test_lookup_mode_refuses_sampling_in_one_line(pg):  # noqa: F811
     with pytest.raises(ValueError, match="prompt lookup drafts greedily: set temperature to 0"):
         guard(pg.playground.api_generate)(PROMPT, temperature=0.7, mars_mode="lookup")
+    with pytest.raises(ValueError, match="the draft tree drafts greedily from the masks: set temperature to 0"):
+        guard(pg.playground.api_generate)(PROMPT, temperature=0.7, mars_mode="tree")
 
 
 @pytest.mark.parametrize("mode,tau,ar_side", [

@@ -6,7 +6,7 @@ import pytest
 from benchmarks import bench
 from test_bench import args, models  # noqa: F401  (the fixture: tiny random models on disk)
 
-EXACT = "hf-generate-mars,mars-lossless,spec,spec-mars,hf-assisted"
+EXACT = "hf-generate-mars,mars-lossless,mars-lossless-tree,spec,spec-mars,hf-assisted"
 
 
 def test_exact_rows_reproduce_ar(models, tmp_path):  # noqa: F811
@@ -22,10 +22,11 @@ def test_exact_rows_reproduce_ar(models, tmp_path):  # noqa: F811
         assert r["tokens_per_forward"] >= 1.0 - 1e-9
 
 
-@pytest.mark.parametrize("bad", [["--draft-tokens", "0"], ["--draft-tokens", "40"]])
-def test_bad_draft_tokens_exit_2(models, tmp_path, bad, capsys):  # noqa: F811
+@pytest.mark.parametrize("method, bad", [("spec", ["--draft-tokens", "0"]), ("spec", ["--draft-tokens", "40"]),
+                                         ("mars-lossless-tree", ["--draft-tree", "2,2,2,2"])])
+def test_bad_draft_tokens_exit_2(models, tmp_path, method, bad, capsys):  # noqa: F811
     try:
-        code = bench.main(args(models, tmp_path, "--methods", "spec", *bad))
+        code = bench.main(args(models, tmp_path, "--methods", method, *bad))
     except SystemExit as e:  # argparse's error
         code = e.code
     assert code == 2
