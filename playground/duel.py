@@ -17,7 +17,7 @@ AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
 # what the MARS side runs: value -> label (lossless and spec are exact; see mars_core.decode_exact)
 MARS_MODES = {"mars": "MARS (tau)", "lossless": "lossless MARS (exact: verifies its own drafts)",
               "lookup": "lossless MARS + prompt lookup (exact: copies drafts where the text repeats)",
-              "tree": "lossless MARS + draft tree (exact: verifies the masks' top candidates)",
+              "tree": "lossless MARS + draft tree (exact: the masks' top 2 guesses)",
               "spec": "spec: the AR checkpoint drafts, MARS verifies (exact at tau = 1)"}
 # "lookup" is lossless MARS drafting up to this many tokens copied from after an earlier occurrence of
 # the text's last 2-gram (the library's prompt_lookup=2; 10 measured best on a CPU, docs/cpu-kernels.md)

@@ -80,6 +80,16 @@ def test_spec_needs_a_draft_model(pg):  # noqa: F811
         Duel(PROMPT, settings, AR_SIDES[1], pg.core.mars, None, 60, "spec")
 
 
+@pytest.mark.parametrize("block_size, widths", [(4, (2, 2, 1)), (2, (2,)), (8, (2, 2, 1))])
+def test_tree_mode_drafts_the_tree_the_block_allows(pg, block_size, widths):  # noqa: F811
+    settings = dict(tau=1.0, block_size=block_size, metric="probability", cache="sliding", temperature=0.0, seed=0,
+                    max_new_tokens=8)
+    cfg = Duel(PROMPT, settings, AR_SIDES[1], pg.core.mars, None, 60, "tree").mars.cfg
+    assert (cfg.mode, cfg.cache, cfg.draft_tree) == ("lossless", "cursor", widths)
+    with pytest.raises(ValueError, match="block size B >= 2"):
+        Duel(PROMPT, dict(settings, block_size=1), AR_SIDES[1], pg.core.mars, None, 60, "tree")
+
+
 def test_verified_drafts_render_apart():
     tok = make_tokenizer()
     track = render.TokenTrack(tok, 4)
