@@ -87,9 +87,11 @@ def frontier(known: dict | None, known_base: dict | None, spec: dict | None, mod
     runs = []
 
     def pooled(summary_sets, setting):
+        """The setting's point over every set given, or None where a set lacks it (a point of the
+        known answers alone among points that pool math too would not be comparable)."""
         got = [(s[setting][c]) for s, c in summary_sets if s and setting in s and c in s[setting]
                and "accuracy" in s[setting][c]]
-        if not got:
+        if not got or len(got) < sum(1 for s, _ in summary_sets if s):
             return None
         n = sum(g["n"] for g in got)
         return {"n": n, "accuracy": round(sum(g["accuracy"] * g["n"] for g in got) / n, 4),

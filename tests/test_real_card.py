@@ -48,6 +48,18 @@ def test_without_the_bases_math_the_frontier_leaves_math_out_of_every_point():
     assert result["split"] == "known-answers" and all(r["n"] == 40 for r in result["runs"])
 
 
+def test_a_setting_decoded_on_one_set_only_is_no_point_of_the_pooled_frontier():
+    """Lossless with a draft tree ran on the known answers but not on math_reasoning: its point
+    would be an accuracy of 40 questions beside points of 120."""
+    known = {"ar": {"known-answers": _cell(40, 0.7)}, "lossless": {"known-answers": _cell(40, 0.7, 1.4)},
+             "lossless-tree2-2-1": {"known-answers": _cell(40, 0.7, 1.6)}}
+    sb = {"ar": {"math_reasoning": _cell(80, 0.3)}, "lossless": {"math_reasoning": _cell(80, 0.3, 1.5)}}
+    result = real_card.frontier(known, {"ar": {"known-answers": _cell(40, 0.5)}}, sb, "m",
+                                {"ar": {"math_reasoning": _cell(80, 0.1)}})
+    assert [r["model"] for r in result["runs"]] == ["smollm2-135m-instruct", "m", "m (lossless)"]
+    assert all(r["n"] == 120 for r in result["runs"])
+
+
 def test_the_card_says_which_spec_bench_prompts_were_decoded():
     per_cat = lambda n, cats: {"ar": {**{c: _cell(n, 0.0) for c in cats}, "overall": _cell(n * len(cats), 0.0)}}
     thirteen = [f"c{i}" for i in range(13)]
