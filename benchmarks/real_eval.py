@@ -85,8 +85,12 @@ def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True
         out[name] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor", draft_groups=draft_groups,
                                  prompt_lookup=prompt_lookup, prompt_lookup_tokens=prompt_lookup_tokens)
     for widths in draft_trees:
-        out["lossless-tree" + "-".join(map(str, widths))] = DecodeConfig(
-            mode="lossless", block_size=block_size, cache="cursor", draft_tree=widths)
+        name = "lossless-tree" + "-".join(map(str, widths))
+        out[name] = DecodeConfig(mode="lossless", block_size=block_size, cache="cursor", draft_tree=widths)
+        if prompt_lookup:  # and the tree where the text does not repeat, the lookup chain where it does
+            out[f"{name}-lookup{prompt_lookup}" + (f"-L{prompt_lookup_tokens}" if prompt_lookup_tokens else "")] = \
+                DecodeConfig(mode="lossless", block_size=block_size, cache="cursor", draft_tree=widths,
+                             prompt_lookup=prompt_lookup, prompt_lookup_tokens=prompt_lookup_tokens)
     return out
 
 

@@ -97,6 +97,7 @@ class DecodeConfig:
                       at distance d in every combination, verified in one forward with a group of
                       masks after every node (`decode_tree`; docs/tree-drafts.md). More tokens per
                       forward from the same weights, in a wider forward; the output is still AR's.
+                      With prompt_lookup, a row whose text repeats drafts the lookup chain instead.
 
     "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
     not used by "lossless" (its output never depends on it).
@@ -186,10 +187,9 @@ class DecodeConfig:
             object.__setattr__(self, "draft_tree", widths)
         if not isinstance(widths, tuple):
             raise ValueError(f"draft_tree must be a tuple of widths such as (2, 2, 1), got {widths!r}")
-        if self.mode != "lossless" or self.temperature != 0 or self.compile or self.prompt_lookup:
-            raise ValueError("draft_tree runs with mode=\"lossless\", temperature 0, compile=False and no "
-                             f"prompt_lookup; got mode={self.mode!r}, temperature={self.temperature}, "
-                             f"compile={self.compile!r}, prompt_lookup={self.prompt_lookup}")
+        if self.mode != "lossless" or self.temperature != 0 or self.compile:
+            raise ValueError("draft_tree runs with mode=\"lossless\", temperature 0 and compile=False; got "
+                             f"mode={self.mode!r}, temperature={self.temperature}, compile={self.compile!r}")
         tree = DraftTree(widths, self.block_size - 1)
         if tree.size > MAX_TREE_NODES:
             raise ValueError(f"draft_tree {widths} has {tree.size} nodes; at most {MAX_TREE_NODES} are allowed")
@@ -202,8 +202,9 @@ class DecodeConfig:
     @property
     def lookahead(self) -> int:
         """Positions past the committed text that one forward may use (the context check)."""
-        if self.mode == "lossless":
-            return 2 * self.block_size - 1  # B - 1 drafts, then a group of B - 1 masks
+        if self.mode == "lossless":  # the bonus token, B - 1 drafts (or lookup's), then a group of B - 1 masks
+            lookup = (self.prompt_lookup_tokens or self.block_size - 1) if self.prompt_lookup else 0
+            return 1 + max(self.block_size - 1, lookup) + self.block_size - 1
         if self.mode == "spec":
             return self.draft_tokens + max(self.block_size, self.draft_block_size)
         return self.effective_block_size

@@ -35,10 +35,9 @@ import torch
 
 from .acceptance import choose_tokens, confidence
 from .decoding import Rows, StepEvent
-from .decode_tree import decode_tree
+from .decode_tree import decode_tree, window_width
 from .drafter import Drafter, LookupDrafter, SelfDrafter
 from .speculative import ModelDrafter, vocab_size
-from .tree import DraftTree
 from .verify import after_drafts, block_after, draft_confidence, verify_drafts
 from .verify_forward import CursorContext, NoCacheContext
 
@@ -63,11 +62,6 @@ def cap_drafts(drafts: torch.Tensor, j: torch.Tensor, bonus: torch.Tensor,
     return capped, torch.where(cut, nxt, bonus)
 
 
-def tree_width(cfg) -> int:
-    """Slots past the cursor a tree forward writes."""
-    return DraftTree(tuple(cfg.draft_tree), cfg.block_size - 1).width
-
-
 def _context(model: PreTrainedModel, rows: Rows, extra: int, mask_id: int,
              pad_id: int) -> NoCacheContext | CursorContext:
     n = len(rows.prompts)
@@ -87,7 +81,7 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
     cfg = rows.cfg
     B, spec = cfg.block_size, cfg.mode == "spec"
     if cfg.draft_tree and drafter is None:
-        yield from decode_tree(model, rows, mask_id, pad_id, _context(model, rows, tree_width(cfg), mask_id, pad_id))
+        yield from decode_tree(model, rows, mask_id, pad_id, _context(model, rows, window_width(cfg), mask_id, pad_id))
         return
     if drafter is not None and not isinstance(drafter, Drafter):
         raise ValueError(f"drafter must implement mars_core.drafter.Drafter, got {type(drafter).__name__}")

@@ -16,7 +16,9 @@ For widths (2, 1):
 
 A verifying forward carries, after the root, every node (it sees its ancestors only) and a
 group of B - 1 masks after the root and after every node (it sees that node's path only), so
-whichever path is accepted, the group after its last node holds the next step's candidates:
+whichever path is accepted, the group after its last node holds the next step's candidates.
+Any shape given by its parents works the same way (`DraftShape`): the tree, or a chain of
+prompt-lookup drafts (`chain`), which a row takes instead where its text repeats:
 
     window   0 | 1 2 3 4 | M M M (after 0) | M M M (after 1) | ... | M M M (after 4)
     position 0 | 1 2 1 2 | 1 2 3           | 2 3 4           | ... | 3 4 5
@@ -32,8 +34,85 @@ MAX_TREE_NODES = 64  # beyond this only the forward widens: the deepest candidat
 
 
 @dataclass(frozen=True)
+class DraftShape:
+    """Drafts as a tree given by its parents: node v (1..N) follows `parents[v - 1]` (0 = the
+    root), every parent numbered before its children; a group of `n_masks` masks after the root
+    and after every node."""
+
+    parents: tuple[int, ...]
+    n_masks: int  # B - 1
+
+    def __post_init__(self):
+        if any(not 0 <= p <= v for v, p in enumerate(self.parents)):
+            raise ValueError(f"a node's parent must come before it: {self.parents}")
+
+    @property
+    def size(self) -> int:
+        """N, the draft tokens a forward verifies."""
+        return len(self.parents)
+
+    @property
+    def width(self) -> int:
+        """W, the tokens of a verifying forward: the root, N nodes, N + 1 groups."""
+        return 1 + self.size + (self.size + 1) * self.n_masks
+
+    @cached_property
+    def parent(self) -> torch.Tensor:
+        """(N + 1,) long: each node's parent (the root's is itself)."""
+        return torch.tensor((0,) + self.parents)
+
+    @cached_property
+    def node_depth(self) -> torch.Tensor:
+        """(N + 1,) long: 0 for the root, d for a node at distance d."""
+        depth = [0]
+        for p in self.parents:
+            depth.append(depth[p] + 1)
+        return torch.tensor(depth)
+
+    @property
+    def depth(self) -> int:
+        return int(self.node_depth.max())
+
+    @cached_property
+    def ancestry(self) -> torch.Tensor:
+        """(N + 1, N + 1) bool: [v, w] is True where w is v or one of its ancestors (root included)."""
+        n = self.size + 1
+        anc = torch.eye(n, dtype=torch.bool)
+        for v, p in enumerate(self.parents, start=1):
+            anc[v] |= anc[p]
+        return anc
+
+    @cached_property
+    def layout(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """pattern (W, W) bool (query, key inside the window) and rel_pos (W,) long: positions
+        from the root's. Window: root, nodes 1..N, then group u (u = 0..N) of B - 1 masks."""
+        n, M = self.size + 1, self.n_masks
+        W = self.width
+        i = torch.arange(W)
+        is_node = i < n  # root and nodes
+        u = torch.div((i - n).clamp_min(0), M, rounding_mode="floor")  # the node a group slot stands after
+        m = (i - n).clamp_min(0) - u * M  # 0..M-1 inside the group
+        of = torch.where(is_node, i, u)  # the node whose path a slot sees
+        pos = torch.where(is_node, self.node_depth[i.clamp(max=n - 1)], self.node_depth[u.clamp(max=n - 1)] + 1 + m)
+        sees_node = is_node[None, :] & self.ancestry[of][:, i.clamp(max=n - 1)]  # (W, W)
+        own_group = ~is_node[:, None] & ~is_node[None, :] & (u[:, None] == u[None, :]) & (i[:, None] >= i[None, :])
+        return sees_node | own_group, pos
+
+    def padded(self, size: int) -> DraftShape:
+        """The same shape with extra leaves under the root up to `size` nodes, so that rows of two
+        shapes share one window. A leaf whose token the model predicts would be accepted like any
+        draft: the output stays the model's own."""
+        return DraftShape(self.parents + (0,) * (size - self.size), self.n_masks)
+
+
+def chain(length: int, n_masks: int) -> DraftShape:
+    """A chain of `length` drafts (prompt lookup's): node v follows v - 1."""
+    return DraftShape(tuple(range(length)), n_masks)
+
+
+@dataclass(frozen=True)
 class DraftTree:
-    """The static shape of a draft tree with `widths` (k_1, .., k_D) under groups of `n_masks` masks."""
+    """The top-k_d mask candidates at distance d, every combination, widths (k_1, .., k_D)."""
 
     widths: tuple[int, ...]
     n_masks: int  # B - 1
@@ -60,40 +139,14 @@ class DraftTree:
         visit(())
         return tuple(out)
 
+    @cached_property
+    def shape(self) -> DraftShape:
+        index = {n: i + 1 for i, n in enumerate(self.nodes)}
+        return DraftShape(tuple(index.get(n[:-1], 0) for n in self.nodes), self.n_masks)
+
     @property
     def size(self) -> int:
-        """N, the draft tokens a forward verifies."""
         return len(self.nodes)
-
-    @property
-    def depth(self) -> int:
-        return len(self.widths)
-
-    @property
-    def width(self) -> int:
-        """W, the tokens of a verifying forward: the root, N nodes, N + 1 groups."""
-        return 1 + self.size + (self.size + 1) * self.n_masks
-
-    @cached_property
-    def parent(self) -> torch.Tensor:
-        """(N + 1,) long: each node's parent (the root's is itself)."""
-        index = {n: i + 1 for i, n in enumerate(self.nodes)}
-        return torch.tensor([0] + [index.get(n[:-1], 0) for n in self.nodes])
-
-    @cached_property
-    def node_depth(self) -> torch.Tensor:
-        """(N + 1,) long: 0 for the root, d for a node at distance d."""
-        return torch.tensor([0] + [len(n) for n in self.nodes])
-
-    @cached_property
-    def ancestry(self) -> torch.Tensor:
-        """(N + 1, N + 1) bool: [v, w] is True where w is v or one of its ancestors (root included)."""
-        n = self.size + 1
-        anc = torch.eye(n, dtype=torch.bool)
-        parent = self.parent.tolist()
-        for v in range(1, n):
-            anc[v] |= anc[parent[v]]
-        return anc
 
     def node_tokens(self, tops: torch.Tensor) -> torch.Tensor:
         """tops (R, B - 1, k) long, the top-k ids of each mask of a group (k >= max width) -> (R, N):
@@ -102,40 +155,35 @@ class DraftTree:
         r = torch.tensor([n[-1] for n in self.nodes], device=tops.device)
         return tops[:, d, r]
 
-    @cached_property
-    def layout(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """pattern (W, W) bool (query, key inside the window) and rel_pos (W,) long: positions
-        from the root's. Window: root, nodes 1..N, then group u (u = 0..N) of B - 1 masks."""
-        n, M = self.size + 1, self.n_masks
-        W = self.width
-        i = torch.arange(W)
-        is_node = i < n  # root and nodes
-        u = torch.div((i - n).clamp_min(0), M, rounding_mode="floor")  # the node a group slot stands after
-        m = (i - n).clamp_min(0) - u * M  # 0..M-1 inside the group
-        of = torch.where(is_node, i, u)  # the node whose path a slot sees
-        pos = torch.where(is_node, self.node_depth[i.clamp(max=n - 1)], self.node_depth[u.clamp(max=n - 1)] + 1 + m)
-        sees_node = is_node[None, :] & self.ancestry[of][:, i.clamp(max=n - 1)]  # (W, W)
-        own_group = ~is_node[:, None] & ~is_node[None, :] & (u[:, None] == u[None, :]) & (i[:, None] >= i[None, :])
-        return sees_node | own_group, pos
 
-
-def accept_path(tree: DraftTree, pred: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def accept_path(parent: torch.Tensor, depth: torch.Tensor, pred: torch.Tensor,
+                tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The longest path of drafts the model's own predictions confirm (greedy verification).
 
-    pred (R, N + 1) long: the argmax at the root and at every node; tokens (R, N): the nodes'
-    tokens. A node is accepted when its parent is and its token is the parent's prediction;
-    siblings hold distinct tokens, so at most one node per depth is. Returns path (R, D) long:
-    the accepted node at each depth (0 past the last), and j (R,): how many.
+    parent, depth (R, N + 1) long: each row's shape (`DraftShape.parent`, `.node_depth`); pred
+    (R, N + 1) long: the argmax at the root and at every node; tokens (R, N): the nodes' tokens.
+    A node is accepted when its parent is and its token is the parent's prediction. Where two
+    siblings would be (only padding leaves can repeat a token), the first counts. Returns path
+    (R, D) long, D the deepest node: the accepted node at each depth (0 past the last), and j (R,):
+    how many.
     """
-    R, D = pred.shape[0], tree.depth
-    parent, depth = tree.parent.to(pred.device), tree.node_depth.to(pred.device)
+    D = int(depth.max())
     tok = torch.cat([pred[:, :1], tokens], dim=1)  # (R, N + 1); the root's slot is never compared
-    match = tok == pred[:, parent]  # (R, N + 1)
+    match = tok == pred.gather(1, parent)  # (R, N + 1)
     acc = torch.zeros_like(match)
     acc[:, 0] = True
     for d in range(1, D + 1):  # parents come a level earlier
-        at = depth == d
-        acc[:, at] = acc[:, parent[at]] & match[:, at]
-    level = acc[:, None, :] & (depth[None, None, :] == torch.arange(1, D + 1, device=pred.device)[None, :, None])
-    path = level.long().argmax(dim=2)  # (R, D): 0 where no node of that depth is accepted
-    return path, level.any(dim=2).sum(dim=1)
+        acc |= (depth == d) & match & acc.gather(1, parent)
+    levels = torch.arange(1, D + 1, device=pred.device)[None, :, None]
+    level = acc[:, None, :] & (depth[:, None, :] == levels)  # (R, D, N + 1)
+    path = level.long().argmax(dim=2)  # 0 where no node of that depth is accepted
+    found = level.any(dim=2)
+    # a path is a prefix of depths; with repeated padding tokens only the first node of a depth
+    # counts, so a deeper accepted node must descend from it
+    ok = torch.ones_like(found[:, 0])
+    for d in range(D):
+        prev = path[:, d - 1] if d else torch.zeros_like(path[:, 0])
+        ok = ok & found[:, d] & (parent.gather(1, path[:, d:d + 1])[:, 0] == prev)
+        found[:, d] = ok
+    path = torch.where(found, path, 0)
+    return path, found.sum(dim=1)

@@ -11,7 +11,7 @@ from conftest import PROMPTS, make_model
 from mars_core import DecodeConfig, generate, load_model
 from mars_core.decode_tree import TreeCursor
 from mars_core.prompts import encode_prompt, special_ids
-from mars_core.tree import DraftTree, accept_path
+from mars_core.tree import DraftTree, accept_path, chain
 from mars_core.verify_forward import CursorContext
 from scripted import Script, attach, cut
 from test_bundled_models import CASES, ROOT
@@ -22,12 +22,13 @@ def test_nodes_are_depth_first_and_the_layout_is_the_drawing():
     ancestors, a group sees the path of the node it follows and its own earlier masks."""
     tree = DraftTree((2, 1), 2)
     assert tree.nodes == ((0,), (0, 0), (1,), (1, 0))
-    assert tree.parent.tolist() == [0, 0, 1, 0, 3]
-    assert tree.width == 1 + 4 + 5 * 2
-    pattern, pos = tree.layout
+    shape = tree.shape
+    assert shape.parent.tolist() == [0, 0, 1, 0, 3]
+    assert shape.width == 1 + 4 + 5 * 2
+    pattern, pos = shape.layout
     #             root  nodes 1-4   groups after 0, 1, 2, 3, 4
     assert pos.tolist() == [0, 1, 2, 1, 2, 1, 2, 2, 3, 3, 4, 2, 3, 3, 4]
-    sees = {q: [k for k in range(tree.width) if pattern[q, k]] for q in range(tree.width)}
+    sees = {q: [k for k in range(shape.width) if pattern[q, k]] for q in range(shape.width)}
     assert sees[0] == [0]
     assert sees[2] == [0, 1, 2]  # node (0, 0)
     assert sees[3] == [0, 3]  # node (1,): not its sibling
@@ -38,7 +39,7 @@ def test_nodes_are_depth_first_and_the_layout_is_the_drawing():
 
 
 def test_the_accepted_path_follows_the_predictions():
-    tree = DraftTree((2, 2), 2)  # nodes: 1 (0,), 2 (0,0), 3 (0,1), 4 (1,), 5 (1,0), 6 (1,1)
+    shape = DraftTree((2, 2), 2).shape  # nodes: 1 (0,), 2 (0,0), 3 (0,1), 4 (1,), 5 (1,0), 6 (1,1)
     a, b, c, d, x = 10, 11, 12, 13, 99
     tokens = torch.tensor([[a, c, d, b, c, d]] * 4)  # rank 0 / 1 at distance 1: a / b; at 2: c / d
     pred = torch.tensor([
@@ -47,9 +48,24 @@ def test_the_accepted_path_follows_the_predictions():
         [b, c, x, x, x, x, x],  # root -> b, but node 4 predicts x: one accepted
         [x, c, x, x, d, x, x],  # the root predicts neither a nor b: nothing accepted
     ])
-    path, j = accept_path(tree, pred, tokens)
+    path, j = accept_path(shape.parent.expand(4, -1), shape.node_depth.expand(4, -1), pred, tokens)
     assert j.tolist() == [2, 2, 1, 0]
     assert path[:, 0].tolist() == [1, 4, 4, 0] and path[0, 1] == 2 and path[1, 1] == 6
+
+
+def test_a_padded_chain_shares_the_trees_window_and_its_leaves_see_only_the_root():
+    shape = chain(3, 2).padded(5)  # nodes 1-2-3 a chain, 4 and 5 leaves under the root
+    assert shape.parent.tolist() == [0, 0, 1, 2, 0, 0] and shape.node_depth.tolist() == [0, 1, 2, 3, 1, 1]
+    assert shape.width == DraftTree((1, 2), 2).shape.padded(5).width == 1 + 5 + 6 * 2
+    pattern, pos = shape.layout
+    assert [k for k in range(6) if pattern[3, k]] == [0, 1, 2, 3] and [k for k in range(6) if pattern[5, k]] == [0, 5]
+    assert pos[:6].tolist() == [0, 1, 2, 3, 1, 1]
+    # a leaf repeating an accepted node's token: the path still descends from the first
+    parent, depth = shape.parent.expand(2, -1), shape.node_depth.expand(2, -1)
+    tokens = torch.tensor([[5, 6, 7, 5, 5], [9, 6, 7, 5, 5]])
+    pred = torch.tensor([[5, 6, 7, 1, 1, 1], [5, 6, 7, 1, 1, 1]])
+    path, j = accept_path(parent, depth, pred, tokens)
+    assert j.tolist() == [3, 1] and path.tolist() == [[1, 2, 3], [4, 0, 0]]
 
 
 def runner_up(s: Script, p: int) -> int:
@@ -116,13 +132,14 @@ def test_an_off_chain_path_leaves_the_cache_as_a_causal_forward_would(model):
     """After a path that is not the top-1 chain (its nodes sit apart in the window), the next
     prediction equals a plain forward of the committed text: its key/values were moved."""
     tree = DraftTree((2, 2, 1), 3)
+    shape = tree.shape
     ctx = CursorContext(model, 1, 64, mask_id=model.config.vocab_size - 1, pad_id=0, device="cpu")
     prompt = [5, 17, 3, 28, 9]
     with torch.no_grad():
         ctx.forward([prompt], [[]], 4, "all")
-        tctx = TreeCursor(ctx, tree)
+        tctx = TreeCursor(ctx, [shape])
         nodes = torch.tensor([[40 + v for v in range(tree.size)]])  # node v holds token 40 + v - 1
-        tctx.forward(torch.tensor([7]), nodes)
+        tctx.forward(torch.tensor([7]), nodes, [0])
         path = [tree.nodes.index((1,)) + 1, tree.nodes.index((1, 1)) + 1, 0]  # ranks (1,), (1, 1)
         tctx.keep([path], [2])
         verify, _, _ = ctx.forward([[33]], [[]], 4, "all")
@@ -167,8 +184,35 @@ def test_forwards_are_what_the_replay_counts(bundled, widths):
     assert off_chain or widths == (1, 1, 1)  # a candidate past the top-1 was accepted somewhere
 
 
+@pytest.mark.parametrize("widths, n, tokens", [((2, 1, 1), 2, 10), ((2, 2, 1), 1, None), ((3, 2), 2, 4)])
+def test_with_prompt_lookup_the_forwards_are_what_the_replay_counts(bundled, widths, n, tokens):
+    """Rows whose text repeats draft the lookup chain, the others the tree, in one batch: the
+    replay's `switch` counts the forwards, with no decoder; the output is AR's."""
+    model, tok = bundled
+    prompts = [q for q, _ in CASES] + ["Tom has 12 apples. Tom has 12 apples. Tom has", "the the the the"]
+    cfg = dict(block_size=4, max_new_tokens=96)
+    ar = generate(model, tok, prompts, DecodeConfig(mode="ar", **cfg))
+    res = generate(model, tok, prompts, DecodeConfig(mode="lossless", draft_tree=widths, prompt_lookup=n,
+                                                     prompt_lookup_tokens=tokens, **cfg))
+    assert res.token_ids == ar.token_ids
+    ref = generate(model, tok, prompts[-2:], DecodeConfig(mode="lossless", draft_tree=widths, prompt_lookup=n,
+                                                          prompt_lookup_tokens=tokens, cache="none", **cfg))
+    assert ref.token_ids == ar.token_ids[-2:]
+    _, _, stop_ids = special_ids(model, tok)
+    copied = 0
+    for i, p in enumerate(prompts):
+        prompt = encode_prompt(tok, p)
+        s = prompt + ar.token_ids[i] + ([stop_ids[0]] if len(ar.token_ids[i]) < 96 else [])
+        tops = mask_tops(model, s, len(prompt) - 1, tok.mask_token_id, 4, max(widths))
+        forwards = sum(1 for step in res.stats.accepted_per_step if step[i] > 0)
+        assert forwards == replay(s, len(prompt) - 1, tops, widths, switch=n, lookup_tokens=tokens), p
+        copied += forwards != replay(s, len(prompt) - 1, tops, widths)
+    assert copied  # the lookup chain was taken somewhere
+    assert max(max(step) for step in res.stats.accepted_per_step) > 4 or not tokens  # past a block
+
+
 @pytest.mark.parametrize("kw, words", [
-    (dict(mode="mars"), "lossless"), (dict(temperature=0.7), "temperature"), (dict(prompt_lookup=2), "prompt_lookup"),
+    (dict(mode="mars"), "lossless"), (dict(temperature=0.7), "temperature"),
     (dict(compile=True), "compile"), (dict(draft_tree=(2, 2, 2, 2)), "block_size >= 5"),
     (dict(draft_tree=(0, 1)), ">= 1"), (dict(draft_tree=(8, 8, 2)), "nodes"), (dict(draft_tree="2,2"), "tuple"),
 ])
