@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         a.block_size = trained_block_size(a.mars_model) or 4
     if a.block_size < 1:
         p.error(f"--block-size must be >= 1, got {a.block_size}")
-    if "mars-lossless-tree" in a.methods:
+    if any(m.startswith("mars-lossless-tree") for m in a.methods):
         try:
             DecodeConfig(mode="lossless", block_size=a.block_size, draft_tree=tuple(a.draft_tree))
         except ValueError as e:

@@ -46,9 +46,9 @@ def _decode(model, tok, ids, cfg: DecodeConfig, draft=None, counter=None):
 def run_lossless(method: Method, model, tok, ids, tau, args, counter):
     # the lookup row drafts as many tokens as hf-prompt-lookup may (--prompt-lookup-tokens), a like-for-like pair
     lookup = dict(prompt_lookup=2, prompt_lookup_tokens=min(args.prompt_lookup_tokens, MAX_DRAFT_TOKENS)) \
-        if method.name.startswith("mars-lossless-lookup") else {}
-    if method.name == "mars-lossless-tree":
-        lookup = dict(draft_tree=tuple(args.draft_tree))
+        if "lookup" in method.name else {}
+    if method.name.startswith("mars-lossless-tree"):
+        lookup = dict(draft_tree=tuple(args.draft_tree), **lookup)
     cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens,
                        compile=method.compile, **lookup)
     return _decode(model, tok, ids, cfg, counter=counter if method.compile else None)
@@ -104,6 +104,9 @@ register(Method("mars-lossless-lookup", "mars", run_lossless, "cursor", exact=Tr
 register(Method("mars-lossless-tree", "mars", run_lossless, "cursor", exact=True,
                 help="lossless MARS drafting a tree, the top-k mask candidates per distance (--draft-tree,\n"
                      "default 2,1,1), a group of masks after every node; token for token AR"))
+register(Method("mars-lossless-tree-lookup", "mars", run_lossless, "cursor", exact=True,
+                help="mars-lossless-tree where the text does not repeat, the prompt-lookup chain of\n"
+                     "mars-lossless-lookup where it does; token for token AR"))
 register(Method("mars-lossless-compiled", "mars", run_lossless, "cursor", exact=True, warm_every_chunk=True,
                 compile=True, help="lossless MARS on the static-shape cursor cache under `torch.compile`\n"
                                    "(greedy; `compile=True`); token for token AR"))

@@ -6,7 +6,7 @@ import pytest
 from benchmarks import bench
 from test_bench import args, models  # noqa: F401  (the fixture: tiny random models on disk)
 
-EXACT = "hf-generate-mars,mars-lossless,mars-lossless-tree,spec,spec-mars,hf-assisted"
+EXACT = "hf-generate-mars,mars-lossless,mars-lossless-tree,mars-lossless-tree-lookup,spec,spec-mars,hf-assisted"
 
 
 def test_exact_rows_reproduce_ar(models, tmp_path):  # noqa: F811

@@ -221,3 +221,11 @@ def test_bad_trees_say_what_is_allowed(kw, words):
     cfg.update(kw)
     with pytest.raises(ValueError, match=words):
         DecodeConfig(**cfg)
+
+
+def test_the_context_check_counts_the_longest_chain_a_forward_may_carry():
+    """The bonus token, then B - 1 drafts or lookup's chain, then a group of B - 1 masks."""
+    assert DecodeConfig(mode="lossless", block_size=4).lookahead == 1 + 3 + 3
+    assert DecodeConfig(mode="lossless", block_size=4, draft_tree=(2, 2, 1)).lookahead == 1 + 3 + 3
+    assert DecodeConfig(mode="lossless", block_size=4, prompt_lookup=2, prompt_lookup_tokens=10).lookahead == 1 + 10 + 3
+    assert DecodeConfig(mode="lossless", block_size=4, prompt_lookup=2).lookahead == 1 + 3 + 3
