@@ -26,6 +26,7 @@ from collections import defaultdict
 
 import torch
 
+from benchmarks.tree_bound import parse_trees
 from mars_core import DecodeConfig, load_model
 from mars_core.generate import decode_steps
 from mars_core.prompts import encode_prompt
@@ -92,14 +93,6 @@ def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True
                 DecodeConfig(mode="lossless", block_size=block_size, cache="cursor", draft_tree=widths,
                              prompt_lookup=prompt_lookup, prompt_lookup_tokens=prompt_lookup_tokens)
     return out
-
-
-def parse_trees(text: str) -> tuple[tuple[int, ...], ...]:
-    """"2,2,1 2,1,1" -> ((2, 2, 1), (2, 1, 1)); ValueError on anything else."""
-    try:
-        return tuple(tuple(int(w) for w in part.split(",")) for part in text.split())
-    except ValueError:
-        raise ValueError(f"--draft-trees takes widths such as '2,2,1 2,1,1', got {text!r}") from None
 
 
 def gsm8k_answer(reference) -> dict:
@@ -252,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         taus = [float(t) for t in args.taus.split(",") if t.strip()]
         configs = settings(taus, not args.no_lossless, args.block_size, not args.no_ar, args.draft_groups,
-                           args.prompt_lookup, args.prompt_lookup_tokens, parse_trees(args.draft_trees))
+                           args.prompt_lookup, args.prompt_lookup_tokens, tuple(parse_trees(args.draft_trees)))
         prompts = read_set(kind, path, args.limit, args.per_category)
         model, tokenizer = load_model(args.model, dtype="float32")
     except (ValueError, OSError) as e:

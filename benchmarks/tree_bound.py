@@ -142,11 +142,15 @@ def nodes(widths: tuple[int, ...]) -> int:
 
 
 def parse_trees(text: str) -> list[tuple[int, ...]]:
+    """"2,1,1 2,2,1" -> [(2, 1, 1), (2, 2, 1)]; a ValueError that shows the form otherwise."""
     trees = []
     for part in text.split():
-        widths = tuple(int(x) for x in part.split(","))
+        try:
+            widths = tuple(int(x) for x in part.split(","))
+        except ValueError:
+            widths = ()
         if not widths or min(widths) < 1:
-            raise ValueError(f"--trees: {part!r} is not a list of widths >= 1 such as 2,1,1")
+            raise ValueError(f"{part!r} is not a list of draft tree widths >= 1 such as 2,1,1")
         trees.append(widths)
     return trees
 

@@ -35,7 +35,7 @@ import torch
 
 from .acceptance import confidence
 from .decoding import Rows, StepEvent
-from .lookup import lookup_match
+from .drafter import pick
 from .tree import DraftShape, DraftTree, accept_path, chain
 from .verify import after_drafts
 from .verify_forward import CursorContext, NoCacheContext
@@ -149,7 +149,7 @@ def decode_tree(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
     L = shapes[-1].depth if cfg.prompt_lookup else 0
     parent = torch.stack([s.parent for s in shapes]).to(dev)  # (S, N + 1)
     depth = torch.stack([s.node_depth for s in shapes]).to(dev)
-    D = int(depth.max())
+    D = max(s.depth for s in shapes)
     tctx = TreeCursor(ctx, shapes) if isinstance(ctx, CursorContext) else TreeNoCache(ctx, shapes)
     texts = [list(p) for p in rows.prompts]  # for prompt lookup
     # the first forward: the prompts and one group of masks after each (no drafts yet)
@@ -165,7 +165,7 @@ def decode_tree(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
         if not first:
             verify, groups = tctx.forward(bonus, nodes, kind)  # (R, N + 1, V), (R, N + 1, B - 1, V)
             c = torch.tensor(kind, device=dev)
-            path, j = accept_path(parent[c], depth[c], verify.argmax(dim=-1), nodes)
+            path, j = accept_path(parent[c], depth[c], verify.argmax(dim=-1), nodes, D)
         R = verify.shape[0]
         at = torch.arange(R, device=dev)
         probs = verify.float().softmax(dim=-1)  # (R, N + 1, V)
@@ -203,10 +203,9 @@ def decode_tree(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
         bonus, nodes = bonus[idx], nodes[idx]
         kind = [0] * len(keep)
         if cfg.prompt_lookup:  # rows whose text repeats draft the lookup chain instead
-            copied = [lookup_match(t, L) for t in texts]
-            kind = [int(m >= cfg.prompt_lookup and bool(d)) for m, d in copied]
+            copied = [pick(t, [], cfg.prompt_lookup, L) for t in texts]  # (drafts, copied) per row
+            kind = [int(c) for _, c in copied]
             if any(kind):
-                chains = torch.tensor([d + [mask_id] * (N - len(d)) if c else [mask_id] * N
-                                       for (_, d), c in zip(copied, kind)], device=dev)
+                chains = torch.tensor([d + [mask_id] * (N - len(d)) for d, _ in copied], device=dev)
                 nodes = torch.where(torch.tensor(kind, dtype=torch.bool, device=dev)[:, None], chains, nodes)
         yield event

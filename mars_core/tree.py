@@ -16,12 +16,13 @@ For widths (2, 1):
 
 A verifying forward carries, after the root, every node (it sees its ancestors only) and a
 group of B - 1 masks after the root and after every node (it sees that node's path only), so
-whichever path is accepted, the group after its last node holds the next step's candidates.
-Any shape given by its parents works the same way (`DraftShape`): the tree, or a chain of
-prompt-lookup drafts (`chain`), which a row takes instead where its text repeats:
+whichever path is accepted, the group after its last node holds the next step's candidates:
 
     window   0 | 1 2 3 4 | M M M (after 0) | M M M (after 1) | ... | M M M (after 4)
     position 0 | 1 2 1 2 | 1 2 3           | 2 3 4           | ... | 3 4 5
+
+Any shape given by its parents works the same way (`DraftShape`): the tree, or a chain of
+prompt-lookup drafts (`chain`), which a row takes instead where its text repeats.
 """
 from __future__ import annotations
 
@@ -156,18 +157,18 @@ class DraftTree:
         return tops[:, d, r]
 
 
-def accept_path(parent: torch.Tensor, depth: torch.Tensor, pred: torch.Tensor,
-                tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def accept_path(parent: torch.Tensor, depth: torch.Tensor, pred: torch.Tensor, tokens: torch.Tensor,
+                D: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The longest path of drafts the model's own predictions confirm (greedy verification).
 
-    parent, depth (R, N + 1) long: each row's shape (`DraftShape.parent`, `.node_depth`); pred
-    (R, N + 1) long: the argmax at the root and at every node; tokens (R, N): the nodes' tokens.
-    A node is accepted when its parent is and its token is the parent's prediction. Where two
-    siblings would be (only padding leaves can repeat a token), the first counts. Returns path
-    (R, D) long, D the deepest node: the accepted node at each depth (0 past the last), and j (R,):
-    how many.
+    parent, depth (R, N + 1) long: each row's shape (`DraftShape.parent`, `.node_depth`), D: its
+    deepest node; pred (R, N + 1) long: the argmax at the root and at every node; tokens (R, N):
+    the nodes' tokens. A node is accepted when its parent is and its token is the parent's
+    prediction. Siblings hold distinct tokens except padding leaves (`DraftShape.padded`), which
+    come after every real node and have no children: where several nodes of a depth are
+    accepted the first counts, and it is the one deeper nodes descend from. Returns path (R, D)
+    long: the accepted node at each depth (0 past the last), and j (R,): how many.
     """
-    D = int(depth.max())
     tok = torch.cat([pred[:, :1], tokens], dim=1)  # (R, N + 1); the root's slot is never compared
     match = tok == pred.gather(1, parent)  # (R, N + 1)
     acc = torch.zeros_like(match)
@@ -176,14 +177,5 @@ def accept_path(parent: torch.Tensor, depth: torch.Tensor, pred: torch.Tensor,
         acc |= (depth == d) & match & acc.gather(1, parent)
     levels = torch.arange(1, D + 1, device=pred.device)[None, :, None]
     level = acc[:, None, :] & (depth[:, None, :] == levels)  # (R, D, N + 1)
-    path = level.long().argmax(dim=2)  # 0 where no node of that depth is accepted
-    found = level.any(dim=2)
-    # a path is a prefix of depths; with repeated padding tokens only the first node of a depth
-    # counts, so a deeper accepted node must descend from it
-    ok = torch.ones_like(found[:, 0])
-    for d in range(D):
-        prev = path[:, d - 1] if d else torch.zeros_like(path[:, 0])
-        ok = ok & found[:, d] & (parent.gather(1, path[:, d:d + 1])[:, 0] == prev)
-        found[:, d] = ok
-    path = torch.where(found, path, 0)
-    return path, found.sum(dim=1)
+    # accepted depths are 1..j (a node needs its parent), so the path is the first node of each
+    return level.long().argmax(dim=2), level.any(dim=2).sum(dim=1)

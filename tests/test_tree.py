@@ -48,7 +48,7 @@ def test_the_accepted_path_follows_the_predictions():
         [b, c, x, x, x, x, x],  # root -> b, but node 4 predicts x: one accepted
         [x, c, x, x, d, x, x],  # the root predicts neither a nor b: nothing accepted
     ])
-    path, j = accept_path(shape.parent.expand(4, -1), shape.node_depth.expand(4, -1), pred, tokens)
+    path, j = accept_path(shape.parent.expand(4, -1), shape.node_depth.expand(4, -1), pred, tokens, 2)
     assert j.tolist() == [2, 2, 1, 0]
     assert path[:, 0].tolist() == [1, 4, 4, 0] and path[0, 1] == 2 and path[1, 1] == 6
 
@@ -64,7 +64,7 @@ def test_a_padded_chain_shares_the_trees_window_and_its_leaves_see_only_the_root
     parent, depth = shape.parent.expand(2, -1), shape.node_depth.expand(2, -1)
     tokens = torch.tensor([[5, 6, 7, 5, 5], [9, 6, 7, 5, 5]])
     pred = torch.tensor([[5, 6, 7, 1, 1, 1], [5, 6, 7, 1, 1, 1]])
-    path, j = accept_path(parent, depth, pred, tokens)
+    path, j = accept_path(parent, depth, pred, tokens, 3)
     assert j.tolist() == [3, 1] and path.tolist() == [[1, 2, 3], [4, 0, 0]]
 
 
