@@ -26,10 +26,10 @@ from collections import defaultdict
 
 import torch
 
-from benchmarks.tree_bound import parse_trees
 from mars_core import DecodeConfig, load_model
 from mars_core.generate import decode_steps
 from mars_core.prompts import encode_prompt
+from mars_core.tree import parse_trees
 
 
 def read_set(kind: str, path: str, limit: int | None = None, per_category: int | None = None) -> list[dict]:

@@ -35,6 +35,7 @@ from mars_core import load_model
 from mars_core.lookup import lookup_match
 from mars_core.masks import for_model
 from mars_core.prompts import encode_prompt, special_ids
+from mars_core.tree import parse_trees
 
 
 def group_layout(L: int, first: int, B: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,20 +140,6 @@ def nodes(widths: tuple[int, ...]) -> int:
         level *= w
         total += level
     return total
-
-
-def parse_trees(text: str) -> list[tuple[int, ...]]:
-    """"2,1,1 2,2,1" -> [(2, 1, 1), (2, 2, 1)]; a ValueError that shows the form otherwise."""
-    trees = []
-    for part in text.split():
-        try:
-            widths = tuple(int(x) for x in part.split(","))
-        except ValueError:
-            widths = ()
-        if not widths or min(widths) < 1:
-            raise ValueError(f"{part!r} is not a list of draft tree widths >= 1 such as 2,1,1")
-        trees.append(widths)
-    return trees
 
 
 def repeats(ids: list[int], n: int = 16) -> bool:

@@ -179,3 +179,17 @@ def accept_path(parent: torch.Tensor, depth: torch.Tensor, pred: torch.Tensor, t
     level = acc[:, None, :] & (depth[:, None, :] == levels)  # (R, D, N + 1)
     # accepted depths are 1..j (a node needs its parent), so the path is the first node of each
     return level.long().argmax(dim=2), level.any(dim=2).sum(dim=1)
+
+
+def parse_trees(text: str) -> list[tuple[int, ...]]:
+    """"2,1,1 2,2,1" -> [(2, 1, 1), (2, 2, 1)]; a ValueError that shows the form otherwise."""
+    trees = []
+    for part in text.split():
+        try:
+            widths = tuple(int(x) for x in part.split(","))
+        except ValueError:
+            widths = ()
+        if not widths or min(widths) < 1:
+            raise ValueError(f"{part!r} is not a list of draft tree widths >= 1 such as 2,1,1")
+        trees.append(widths)
+    return trees
