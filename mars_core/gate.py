@@ -1,0 +1,218 @@
+"""The mask gate: trainable weights that act only where the input token is the mask.
+
+A mask-gated MARS fine-tune leaves the base model's weights as they are and adds, to chosen
+linear layers, a low-rank delta B @ A (and to the embedding output one vector) that is applied
+at the positions whose input id is the mask token and nowhere else:
+
+    position:  t   t   t   t | M   M   M        t = a real token, M = the mask token
+    layer y =  Wx  Wx  Wx  Wx| Wx+BAx ...       (every layer that carries an adapter)
+
+A real token's query only ever attends real tokens (causal prefix; in MARS the masks come after
+the tokens they continue, and an accepted draft is re-fed as a real token), so every real
+position computes exactly what the base computes: the fine-tune's AR output *is* the base's, tau = 1
+is the base, and lossless MARS reproduces the base's greedy output. This is the idea of "Your LLM
+knows the future" (arXiv 2507.11851): adapters active only on mask positions.
+
+`gated` is the rule, in one place; `GatedLinear` applies it to a linear layer and `attach_gate`
+wires a model: a pre-hook on the input embedding reads each forward's ids and sets the gate
+(`MaskGate.on`, (B, T) bool) that every wrapped layer of that forward reads. The gate follows the
+ids, not the caller, so every decoder, `generate` and a compiled forward carry it unchanged.
+A forward given `inputs_embeds` instead of ids has no ids to gate on and is refused.
+
+The stored form (`gate.safetensors`, `save_gate` / `read_gate`): per wrapped weight KEY,
+`KEY.lora_a` (r, in) and `KEY.lora_b` (out, r) with the scale folded into B, plus
+`mask_embedding` (H,), and metadata naming the mask token id.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+GATE_FILE = "gate.safetensors"
+MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+EMBEDDING = "mask_embedding"
+
+
+def gated(base_out: torch.Tensor, delta: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+    """THE rule: `base_out + delta` where the input is the mask (`on`, shape base_out.shape[:-1]),
+    `base_out` itself elsewhere, bit for bit (a select, not an addition of zero)."""
+    return torch.where(on[..., None], base_out + delta, base_out)
+
+
+class MaskGate:
+    """What one model's wrapped layers share: the mask id and the current forward's gate."""
+
+    def __init__(self, mask_id: int):
+        self.mask_id = int(mask_id)
+        self.on: torch.Tensor | None = None  # (B, T) bool, set from the ids of each forward
+
+    def read(self) -> torch.Tensor:
+        if self.on is None:
+            raise RuntimeError("a mask-gated layer ran outside a forward of the model (the gate is set from "
+                               "the input ids at the embedding)")
+        return self.on
+
+
+class GatedLinear(nn.Module):
+    """A linear layer plus B @ A, the delta applied where the gate is on (`gated`)."""
+
+    def __init__(self, base: nn.Module, rank: int, gate: MaskGate, trainable: bool = False,
+                 dtype: torch.dtype | None = None):
+        super().__init__()
+        if rank < 1:
+            raise ValueError(f"adapter rank must be >= 1, got {rank}")
+        self.base, self.gate = base, gate
+        weight = base.weight
+        out_features, in_features = weight.shape
+        dtype = dtype or weight.dtype  # training keeps fp32 adapters beside a bf16 base
+        self.lora_a = nn.Parameter(torch.empty(rank, in_features, dtype=dtype, device=weight.device),
+                                   requires_grad=trainable)  # (r, in)
+        self.lora_b = nn.Parameter(torch.zeros(out_features, rank, dtype=dtype, device=weight.device),
+                                   requires_grad=trainable)  # (out, r); zero: starts as the base
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+
+    @property
+    def weight(self) -> torch.Tensor:  # code that reads a projection's weight (dtype, shape) still works
+        return self.base.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        delta = (x @ self.lora_a.T.to(x.dtype)) @ self.lora_b.T.to(x.dtype)  # (..., out)
+        return gated(self.base(x), delta, self.gate.read())
+
+
+def _set_gate(gate: MaskGate, embedding: nn.Module):
+    def pre_hook(module, args, kwargs):
+        ids = args[0] if args else kwargs.get("input")
+        gate.on = ids == gate.mask_id  # (B, T)
+
+    def post_hook(module, args, output):
+        vector = getattr(embedding, EMBEDDING, None)
+        return output if vector is None else gated(output, vector.to(output.dtype), gate.on)
+
+    return pre_hook, post_hook
+
+
+def _refuse_embeds(model):
+    def pre_hook(module, args, kwargs):
+        if kwargs.get("inputs_embeds") is not None:
+            raise ValueError("a mask-gated model gates on the input ids: call it with input_ids, not inputs_embeds")
+    return pre_hook
+
+
+def wrapped_layers(model) -> dict[str, GatedLinear]:
+    """{weight key in the unwrapped model: its GatedLinear}."""
+    return {name + ".weight": m for name, m in model.named_modules() if isinstance(m, GatedLinear)}
+
+
+def gate_of(model) -> MaskGate | None:
+    return getattr(model, "mars_gate", None)
+
+
+def attach_gate(model, mask_id: int, rank: int, layers: int | None = None, trainable: bool = False,
+                matrices: tuple[str, ...] = MATRICES, dtype: torch.dtype | None = None) -> list[nn.Parameter]:
+    """Wrap `matrices` of the top `layers` decoder layers (all when None) and the mask's input
+    embedding with gated adapters (B = 0, embedding delta 0: the model is still the base).
+    Returns the new parameters (trainable when asked; everything else is left as it was), in
+    `dtype` (default: the model's)."""
+    if gate_of(model) is not None:
+        raise ValueError("this model already carries a mask gate")
+    decoder = model.model.layers
+    n = len(decoder) if layers is None else layers
+    if not 1 <= n <= len(decoder):
+        raise ValueError(f"gated layers must be 1..{len(decoder)}, got {layers}")
+    unknown = set(matrices) - set(MATRICES)
+    if unknown:
+        raise ValueError(f"unknown matrices {sorted(unknown)}; known: {', '.join(MATRICES)}")
+    gate = MaskGate(mask_id)
+    params = []
+    for layer in decoder[len(decoder) - n:]:
+        for block in (layer.self_attn, layer.mlp):
+            for name in matrices:
+                if hasattr(block, name):
+                    wrapped = GatedLinear(getattr(block, name), rank, gate, trainable, dtype)
+                    setattr(block, name, wrapped)
+                    params += [wrapped.lora_a, wrapped.lora_b]
+    embedding = model.get_input_embeddings()
+    weight = embedding.weight
+    vector = nn.Parameter(torch.zeros(weight.shape[1], dtype=dtype or weight.dtype, device=weight.device),
+                          requires_grad=trainable)
+    embedding.register_parameter(EMBEDDING, vector)
+    params.append(vector)
+    pre, post = _set_gate(gate, embedding)
+    embedding.register_forward_pre_hook(pre, with_kwargs=True)
+    embedding.register_forward_hook(post)
+    model.register_forward_pre_hook(_refuse_embeds(model), with_kwargs=True)
+    model.mars_gate = gate
+    return params
+
+
+def gate_state(model) -> dict[str, torch.Tensor]:
+    """The adapters alone in the stored form (the scale folded into B, which it already is here)."""
+    out = {}
+    for key, m in wrapped_layers(model).items():
+        out[key + ".lora_a"] = m.lora_a.detach().clone()
+        out[key + ".lora_b"] = m.lora_b.detach().clone()
+    out[EMBEDDING] = getattr(model.get_input_embeddings(), EMBEDDING).detach().clone()
+    return out
+
+
+def load_gate_state(model, state: dict[str, torch.Tensor]) -> None:
+    """Put `gate_state`'s tensors into a model that `attach_gate` wrapped the same way."""
+    wrapped = wrapped_layers(model)
+    keys = {k.rsplit(".", 1)[0] for k in state if k != EMBEDDING}
+    if keys != set(wrapped) or EMBEDDING not in state:
+        missing, extra = sorted(set(wrapped) - keys)[:2], sorted(keys - set(wrapped))[:2]
+        raise ValueError(f"the stored gate does not match this model's wrapped layers (missing {missing}, extra {extra})")
+    with torch.no_grad():
+        for key, m in wrapped.items():
+            a, b = state[key + ".lora_a"], state[key + ".lora_b"]
+            if a.shape != m.lora_a.shape or b.shape != m.lora_b.shape:
+                raise ValueError(f"stored adapter {key} has shapes {tuple(a.shape)} / {tuple(b.shape)}, "
+                                 f"the model's {tuple(m.lora_a.shape)} / {tuple(m.lora_b.shape)}")
+            m.lora_a.copy_(a)
+            m.lora_b.copy_(b)
+        getattr(model.get_input_embeddings(), EMBEDDING).copy_(state[EMBEDDING])
+
+
+def describe(state: dict[str, torch.Tensor]) -> tuple[int, int, tuple[str, ...]]:
+    """(rank, layers, matrices) of a stored gate, read from its keys."""
+    keys = [k for k in state if k.endswith(".lora_a")]
+    if not keys:
+        raise ValueError("the stored gate holds no adapters")
+    layer_ids = {int(k.split(".")[2]) for k in keys}
+    matrices = tuple(m for m in MATRICES if any(f".{m}." in k for k in keys))
+    return int(state[keys[0]].shape[0]), len(layer_ids), matrices
+
+
+def save_gate(model, path: str, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write the gate (bf16 by default: a rank-16 gate on every layer of a 135M model is ~10 MB)."""
+    import os
+
+    from safetensors.torch import save_file
+
+    state = {k: v.to(dtype).contiguous() for k, v in gate_state(model).items()}
+    tmp = path + ".tmp"
+    save_file(state, tmp, metadata={"format": "pt", "mask_token_id": str(gate_of(model).mask_id)})
+    os.replace(tmp, path)
+
+
+def read_gate(path: str) -> tuple[dict[str, torch.Tensor], int]:
+    """(state, mask id) of a stored gate."""
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as f:
+        meta = f.metadata() or {}
+        state = {k: f.get_tensor(k) for k in f.keys()}
+    if "mask_token_id" not in meta:
+        raise ValueError(f"{path} does not name its mask token (metadata mask_token_id): not a mask gate")
+    return state, int(meta["mask_token_id"])
+
+
+def load_gate(model, path: str) -> None:
+    """Attach and fill a stored gate (frozen, in the model's dtype and device)."""
+    state, mask_id = read_gate(path)
+    rank, layers, matrices = describe(state)
+    attach_gate(model, mask_id, rank, layers, trainable=False, matrices=matrices)
+    load_gate_state(model, state)

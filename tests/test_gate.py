@@ -1,0 +1,208 @@
+"""The mask gate: real positions compute the base bit for bit; the gated layout; the gated stage."""
+import json
+
+import pytest
+import torch
+
+from mars_core import DecodeConfig, generate
+from mars_core.gate import EMBEDDING, attach_gate, gate_state, load_gate, read_gate, save_gate, wrapped_layers
+from test_frozen_layers import _distill_file, tiny_llama, tiny_model_dir  # noqa: F401 (fixture)
+from training.gated_layout import anchors, group_layout, with_targets
+from training.gated_stage import batch_at, steps_per_epoch
+
+MASK = 5
+
+
+def _randomise(params, seed=1, scale=0.3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in params:
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def test_real_positions_are_the_base_bit_for_bit_and_masks_are_not():
+    base, gated = tiny_llama(), tiny_llama()
+    _randomise(attach_gate(gated, MASK, rank=4, trainable=True))
+    ids = torch.tensor([[7, 9, 11, MASK, MASK, 13, 8, MASK, 21], [MASK, 30, 31, 32, 33, MASK, MASK, 40, 41]])
+    with torch.no_grad():
+        want, got = base(ids).logits, gated(ids).logits
+    real = ids != MASK
+    # exact only where nothing before a real token was a mask: here every real token after a mask
+    # attends it, so compare a causal-prefix-clean batch too
+    prefix_clean = torch.cumsum(~real, dim=1) == 0
+    assert torch.equal(got[prefix_clean], want[prefix_clean])
+    assert (got[~real] - want[~real]).abs().amax() > 1e-3  # the adapters act where the input is the mask
+
+
+def test_a_window_of_text_then_masks_leaves_every_text_position_exact_and_ar_is_the_base(tokenizer):
+    from conftest import make_model
+
+    base = make_model("llama", len(tokenizer))
+    gated = make_model("llama", len(tokenizer))
+    mask_id = tokenizer.mask_token_id
+    _randomise(attach_gate(gated, mask_id, rank=4, trainable=True), scale=0.5)
+    text = tokenizer(["Tom has 12 apples and buys 30 more."], return_tensors="pt")["input_ids"]
+    window = torch.cat([text, torch.full((1, 3), mask_id)], dim=1)
+    with torch.no_grad():
+        assert torch.equal(gated(window).logits[:, :text.shape[1]], base(window).logits[:, :text.shape[1]])
+    cfg = DecodeConfig(mode="ar", max_new_tokens=24, cache="cursor")
+    prompts = ["Tom has 12 apples.", "What is 24 * 3?"]
+    assert generate(gated, tokenizer, prompts, cfg).token_ids == generate(base, tokenizer, prompts, cfg).token_ids
+
+
+def test_lossless_mars_on_a_gated_model_gives_the_base_greedy_output(tokenizer):
+    from conftest import make_model
+
+    base = make_model("llama", len(tokenizer))
+    gated = make_model("llama", len(tokenizer))
+    _randomise(attach_gate(gated, tokenizer.mask_token_id, rank=4, trainable=True), scale=0.5)
+    prompts = ["Tom has 12 apples.", "Sort the list 45, 12, 88, 31, 7, 19, 23 and then tell me the sum.", "Hi"]
+    ar = generate(base, tokenizer, prompts, DecodeConfig(mode="ar", max_new_tokens=30, cache="cursor")).token_ids
+    for cfg in (DecodeConfig(mode="lossless", block_size=4, max_new_tokens=30),
+                DecodeConfig(mode="lossless", block_size=4, max_new_tokens=30, draft_tree=(2, 1, 1)),
+                DecodeConfig(mode="mars", tau=1.0, block_size=4, max_new_tokens=30, cache="cursor")):
+        assert generate(gated, tokenizer, prompts, cfg).token_ids == ar, cfg
+
+
+def test_inputs_embeds_are_refused_and_a_second_gate_too():
+    model = tiny_llama()
+    attach_gate(model, MASK, rank=2)
+    with pytest.raises(ValueError, match="input_ids"):
+        model(inputs_embeds=torch.zeros(1, 3, 32))
+    with pytest.raises(ValueError, match="already"):
+        attach_gate(model, MASK, rank=2)
+
+
+def test_only_the_top_layers_are_wrapped_and_the_stored_gate_round_trips(tmp_path):
+    model = tiny_llama()
+    params = attach_gate(model, MASK, rank=3, layers=2, trainable=True)
+    assert {int(k.split(".")[2]) for k in wrapped_layers(model)} == {2, 3}
+    assert len(params) == 2 * 7 * 2 + 1  # A and B of 7 matrices in 2 layers, and the mask embedding
+    _randomise(params)
+    save_gate(model, str(tmp_path / "gate.safetensors"), dtype=torch.float32)
+    state, mask_id = read_gate(str(tmp_path / "gate.safetensors"))
+    assert mask_id == MASK and state[EMBEDDING].shape == (32,)
+    other = tiny_llama()
+    load_gate(other, str(tmp_path / "gate.safetensors"))
+    ids = torch.tensor([[7, 9, MASK, MASK, MASK]])
+    with torch.no_grad():
+        assert torch.equal(other(ids).logits, model(ids).logits)
+    for k, v in gate_state(other).items():
+        assert torch.equal(v, state[k]), k
+
+
+@pytest.mark.parametrize("block_size,max_distance", [(4, None), (3, None), (4, 3)])
+def test_each_group_predicts_what_a_plain_forward_of_prefix_and_masks_predicts(block_size, max_distance):
+    model = tiny_llama()
+    _randomise(attach_gate(model, MASK, rank=3, trainable=True))
+    g0 = torch.Generator().manual_seed(3)
+    ids = torch.randint(6, 64, (17,), generator=g0)
+    n, start = len(ids), 6
+    anchor = torch.tensor([start - 1, 9, n - 3])
+    g = with_targets(group_layout(anchor, n, block_size, MASK, max_distance), ids)
+    with torch.no_grad():
+        clean = model.model(input_ids=ids[None], use_cache=True)
+        h = model.model(input_ids=g.ids, position_ids=g.pos, attention_mask=g.mask,
+                        past_key_values=clean.past_key_values).last_hidden_state
+        got = model.lm_head(h[0])
+    top = block_size if max_distance is None else min(block_size, max_distance)
+    row = 0
+    for p in anchor.tolist():
+        count = min(top - 1, n - 2 - p)  # masks whose target lies inside the text
+        plain = torch.cat([ids[:p + 1], torch.full((top - 1,), MASK)])[None]
+        with torch.no_grad():
+            want = model(plain).logits[0, p + 1:p + 1 + count]
+        torch.testing.assert_close(got[row:row + count], want, rtol=1e-4, atol=1e-4)
+        for j in range(1, count + 1):  # from the rule: mask j after p predicts x[p + j + 1], distance j + 1
+            assert g.targets[row + j - 1] == ids[p + j + 1] and g.distance[row + j - 1] == j + 1
+            assert g.source[row + j - 1] == p + j
+        row += count
+    assert row == g.ids.shape[1]
+
+
+def test_anchors_cover_the_response_or_draw_without_replacement():
+    assert anchors(5, 12, None).tolist() == list(range(4, 10))
+    drawn = anchors(5, 40, 6, torch.Generator().manual_seed(0))
+    assert len(set(drawn.tolist())) == 6 and drawn.min() >= 4 and drawn.max() <= 37
+    assert drawn.tolist() == sorted(drawn.tolist())
+
+
+@pytest.mark.parametrize("examples,accum", [(10, 3), (9, 3), (1, 4)])
+def test_every_epoch_visits_each_example_once_with_a_short_last_batch(examples, accum):
+    per = steps_per_epoch(examples, accum)
+    for epoch in range(3):
+        seen = [i for s in range(epoch * per, (epoch + 1) * per) for i in batch_at(s, examples, accum, seed=0)]
+        assert sorted(seen) == list(range(examples))
+    assert batch_at(0, 10, 3, 0) != batch_at(per, 10, 3, 0) or examples == 1  # a fresh shuffle per epoch
+
+
+def _stage(tmp_path, tiny_model_dir, tokenizer, out, *extra):
+    from training.gated_stage import main
+
+    data = tmp_path / "d.jsonl"
+    if not data.exists():
+        _distill_file(data, tokenizer)
+    return main(["--base", tiny_model_dir, "--data", str(data), "--out", str(tmp_path / out), "--rank", "2",
+                 "--accum", "2", "--epochs", "2", "--lr", "1e-2", "--warmup", "1", "--groups", "3", *extra])
+
+
+def test_an_interrupted_gated_stage_resumes_to_the_same_adapters(tmp_path, tiny_model_dir, tokenizer):
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "once") == 0
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "twice", "--max-steps", "2") == 0
+    assert torch.load(tmp_path / "twice" / "latest.pt")["state"]["step"] == 2
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "twice") == 0
+    once, twice = (torch.load(tmp_path / d / "latest.pt") for d in ("once", "twice"))
+    assert once["state"]["step"] == twice["state"]["step"] == 6  # 6 examples / 2, 2 epochs
+    for k in once["gate"]:
+        torch.testing.assert_close(once["gate"][k], twice["gate"][k], rtol=1e-5, atol=1e-6)
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "twice", "--rank", "3") == 2  # not the same run
+
+
+def test_targets_hard_and_soft_train_different_adapters(tmp_path, tiny_model_dir, tokenizer):
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "soft", "--max-steps", "2", "--targets", "soft") == 0
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "hard", "--max-steps", "2", "--targets", "hard") == 0
+    soft, hard = (torch.load(tmp_path / d / "latest.pt")["gate"] for d in ("soft", "hard"))
+    assert any(not torch.allclose(soft[k], hard[k]) for k in soft)
+
+
+def test_the_masks_learn_a_text_the_base_cannot_guess(tmp_path, tiny_model_dir, tokenizer):
+    from training.gated_stage import main
+
+    prompt = tokenizer("Tom has 12 apples.")["input_ids"]
+    with open(tmp_path / "d.jsonl", "w") as f:
+        for i in range(1, 9):
+            f.write(json.dumps({"id": i, "prompt": "p", "prompt_ids": prompt, "response_ids": [40, 41, 42, 43] * 4,
+                                "ended": False, "response": "r"}) + "\n")
+    assert main(["--base", tiny_model_dir, "--data", str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "o"),
+                 "--rank", "4", "--accum", "4", "--epochs", "40", "--lr", "3e-2", "--warmup", "1", "--groups", "0",
+                 "--targets", "hard"]) == 0
+    log = [json.loads(line) for line in open(tmp_path / "o" / "log.jsonl")]
+    assert log[0]["top1_d2"] < 0.5 and log[-1]["top1_d2"] > 0.9 and log[-1]["top1_d4"] > 0.9
+
+
+def test_the_soft_loss_is_the_kl_to_the_base_at_the_position_that_predicts_the_same_token():
+    import contextlib
+    import types
+
+    import torch.nn.functional as F
+
+    from training.gated_stage import distance_weights, example_loss
+
+    model = tiny_llama()
+    _randomise(attach_gate(model, MASK, rank=3, trainable=True))
+    ids = torch.randint(6, 64, (14,), generator=torch.Generator().manual_seed(5)).tolist()
+    start, B = 6, 3
+    args = types.SimpleNamespace(groups=None, block_size=B, max_distance=None, targets="soft")
+    w = distance_weights("1,0.5", B)
+    _, stats = example_loss(model, ids, start, args, w, torch.Generator(), contextlib.nullcontext)
+    with torch.no_grad():
+        base = F.log_softmax(model(torch.tensor([ids])).logits[0], -1)  # (n, V): the clean text is the base
+        total = weight = 0.0
+        for p in range(start - 1, len(ids) - 2):  # every anchor, written from the rule
+            masked = F.log_softmax(model(torch.tensor([ids[:p + 1] + [MASK] * (B - 1)])).logits[0], -1)
+            for j in range(1, B):
+                if p + j + 1 > len(ids) - 1:
+                    continue
+                kl = (base[p + j].exp() * (base[p + j] - masked[p + j])).sum().item()
+                total, weight = total + w[j + 1].item() * kl, weight + w[j + 1].item()
+    assert stats["soft"] == pytest.approx(total / weight, rel=1e-4)
