@@ -75,10 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         out = os.path.join(args.run, "curve", name)
         if real_eval(common + ["--out", out] + ([] if snap is None else ["--layers", snap])) != 0:
             return 2
-        minutes = 0.0 if snap is None else torch.load(snap)["state"]["minutes"]
+        state = {} if snap is None else torch.load(snap)["state"]
+        minutes = state.get("minutes", 0.0)
         with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
             summary = json.load(f)
         points.append({"snapshot": name, "minutes": round(minutes, 1),
+                       **({"cpu_minutes": round(state["cpu_minutes"], 1)} if "cpu_minutes" in state else {}),
                        **{s: v["overall"]["tokens_per_forward"] for s, v in summary.items()},
                        **{f"{s}_identical": v["overall"]["identical"] for s, v in summary.items() if s != "ar"}})
         with open(os.path.join(args.run, "curve", "curve.json"), "w", encoding="utf-8") as f:

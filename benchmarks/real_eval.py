@@ -27,6 +27,7 @@ from collections import defaultdict
 import torch
 
 from mars_core import DecodeConfig, load_model
+from mars_core.gate import install_gate
 from mars_core.generate import decode_steps
 from mars_core.prompts import encode_prompt
 from mars_core.tree import parse_trees
@@ -215,7 +216,8 @@ def table(summary: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2-135m-mars")
-    p.add_argument("--layers", default=None, help="a training snapshot whose layers replace the model's")
+    p.add_argument("--layers", default=None,
+                   help="a training snapshot whose layers replace the model's (a gated stage's: its adapters are added)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--spec-bench")
     src.add_argument("--self-instruct")
@@ -252,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}")
         return 2
     if args.layers:
-        unexpected = model.load_state_dict(torch.load(args.layers)["layers"], strict=False).unexpected_keys
+        saved = torch.load(args.layers, map_location="cpu")
+        if "gate" in saved:  # a mask-gated stage's snapshot: its adapters on the base
+            install_gate(model, saved["gate"], tokenizer.mask_token_id)
+        unexpected = [] if "gate" in saved else model.load_state_dict(saved["layers"], strict=False).unexpected_keys
         if unexpected:
             print(f"error: {args.layers} holds weights this model does not have: {unexpected[:3]}")
             return 2

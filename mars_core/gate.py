@@ -210,9 +210,13 @@ def read_gate(path: str) -> tuple[dict[str, torch.Tensor], int]:
     return state, int(meta["mask_token_id"])
 
 
-def load_gate(model, path: str) -> None:
-    """Attach and fill a stored gate (frozen, in the model's dtype and device)."""
-    state, mask_id = read_gate(path)
+def install_gate(model, state: dict[str, torch.Tensor], mask_id: int) -> None:
+    """Attach a gate shaped as `state` says and fill it (frozen, in the model's dtype and device)."""
     rank, layers, matrices = describe(state)
     attach_gate(model, mask_id, rank, layers, trainable=False, matrices=matrices)
     load_gate_state(model, state)
+
+
+def load_gate(model, path: str) -> None:
+    """Attach and fill a stored gate."""
+    install_gate(model, *read_gate(path))

@@ -133,7 +133,9 @@ def train(args) -> None:
         raise ValueError(f"{args.data} has no training records (held-out ids and empty answers are skipped)")
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     total = math.ceil(args.epochs * steps_per_epoch(len(examples), args.accum))
-    state = {"step": 0, "minutes": 0.0, "examples": len(examples), "total_steps": total}
+    # cpu_minutes: this process's CPU time summed over its threads, across sittings: the measure a
+    # recipe is compared by ("per CPU-hour"), unmoved by pauses (SIGSTOP) and by sharing the machine
+    state = {"step": 0, "minutes": 0.0, "cpu_minutes": 0.0, "examples": len(examples), "total_steps": total}
     os.makedirs(args.out, exist_ok=True)
     latest = os.path.join(args.out, "latest.pt")
     run_args = {k: v for k, v in vars(args).items()}
@@ -142,7 +144,7 @@ def train(args) -> None:
         check_resume(saved["state"].get("args", {}), run_args)
         load_gate_state(model, saved["gate"])
         optimizer.load_state_dict(saved["optimizer"])
-        state.update({k: saved["state"][k] for k in ("step", "minutes")})
+        state.update({k: saved["state"][k] for k in ("step", "minutes", "cpu_minutes")})
         print(f"resumed at step {state['step']}/{total} ({state['minutes']:.1f} min)", flush=True)
     state["args"] = run_args
     write_json(os.path.join(args.out, "args.json"), run_args)
@@ -150,6 +152,7 @@ def train(args) -> None:
     autocast = contextlib.nullcontext
     model.train()
     began, spent_before = time.time(), state["minutes"]
+    cpu_began, cpu_before = time.process_time(), state["cpu_minutes"]
     last_snap = state["minutes"]
     with open(os.path.join(args.out, "log.jsonl"), "a", encoding="utf-8") as log:
         while state["step"] < total:
@@ -170,7 +173,9 @@ def train(args) -> None:
             optimizer.zero_grad(set_to_none=True)
             state["step"] += 1
             state["minutes"] = spent_before + (time.time() - began) / 60
+            state["cpu_minutes"] = cpu_before + (time.process_time() - cpu_began) / 60
             log.write(json.dumps({"step": state["step"], "minutes": round(state["minutes"], 3),
+                                  "cpu_minutes": round(state["cpu_minutes"], 3),
                                   "lr": optimizer.param_groups[0]["lr"], **{k: round(v, 4) for k, v in sums.items()}}) + "\n")
             log.flush()
             done = (state["step"] >= total or state["minutes"] - spent_before >= args.minutes
@@ -179,7 +184,8 @@ def train(args) -> None:
                 save(args.out, model, optimizer, state)
                 last_snap = state["minutes"]
                 shown = " ".join(f"{k} {v:.3f}" for k, v in sums.items())
-                print(f"step {state['step']}/{total} {state['minutes']:.1f} min {shown}", flush=True)
+                print(f"step {state['step']}/{total} {state['minutes']:.1f} min ({state['cpu_minutes']:.1f} CPU-min) {shown}",
+                      flush=True)
             if done:
                 break
 
