@@ -126,6 +126,8 @@ def attach_gate(model, mask_id: int, rank: int, layers: int | None = None, train
     if unknown:
         raise ValueError(f"unknown matrices {sorted(unknown)}; known: {', '.join(MATRICES)}")
     gate = MaskGate(mask_id)
+    embedding = model.get_input_embeddings()
+    dtype = dtype or embedding.weight.dtype  # not a quantised layer's storage dtype
     params = []
     for layer in decoder[len(decoder) - n:]:
         for block in (layer.self_attn, layer.mlp):
@@ -134,7 +136,6 @@ def attach_gate(model, mask_id: int, rank: int, layers: int | None = None, train
                     wrapped = GatedLinear(getattr(block, name), rank, gate, trainable, dtype)
                     setattr(block, name, wrapped)
                     params += [wrapped.lora_a, wrapped.lora_b]
-    embedding = model.get_input_embeddings()
     weight = embedding.weight
     vector = nn.Parameter(torch.zeros(weight.shape[1], dtype=dtype or weight.dtype, device=weight.device),
                           requires_grad=trainable)

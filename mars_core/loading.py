@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from . import packaged
 from .cpu import cpu_dtype, prepack as cpu_prepack
+from .gate import GATE_FILE, load_gate
 from .prompts import MASK_TOKEN
 
 if TYPE_CHECKING:
@@ -180,6 +181,8 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
         model.to(device)
     model.eval()
     ensure_mask_token(model, tokenizer)
+    if local and os.path.isfile(os.path.join(name, GATE_FILE)):  # a mask-gated fine-tune: adapters on the base
+        load_gate(model, os.path.join(name, GATE_FILE))
     if prepack:  # last: resizing the embeddings for the mask token would leave a stale packed lm_head
         _, pack_note = cpu_prepack(model)
         note = "; ".join(x for x in (note, pack_note) if x) or None

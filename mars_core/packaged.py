@@ -25,6 +25,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gate import GATE_FILE  # a mask-gated fine-tune: the base's weights untouched, adapters beside them
+
 FORMAT = 1  # bump when the converted folder's layout changes: old caches are rebuilt
 
 
@@ -170,8 +172,9 @@ def names() -> tuple[str, ...]:
 
 def available_names() -> tuple[str, ...]:
     """The names that can load from this checkout: every packaged base (fetched on first use) and
-    each fine-tune whose delta the checkout carries."""
-    return tuple(PACKAGED) + tuple(n for n, (_, folder) in DERIVED.items() if (folder / "delta.safetensors").is_file())
+    each fine-tune whose delta or mask gate the checkout carries."""
+    return tuple(PACKAGED) + tuple(n for n, (_, folder) in DERIVED.items()
+                                   if any((folder / f).is_file() for f in (DELTA_FILES[0], GATE_FILE)))
 
 
 def is_named(name: str) -> bool:
@@ -190,6 +193,8 @@ def ensure_named(name: str, root: Path | None = None) -> Path:
     """The local folder behind a model name of `names()`, made on first use."""
     if name in DERIVED:
         base, delta_folder = DERIVED[name]
+        if (Path(delta_folder) / GATE_FILE).is_file():
+            return ensure_gated(name, ensure_packaged(base, root), delta_folder, root)
         return ensure_derived(name, ensure_packaged(base, root), delta_folder, root)
     return ensure_packaged(name, root)
 
@@ -238,6 +243,42 @@ def delta_tensors(stored: dict[str, torch.Tensor], file_name: str = "delta.safet
             out[key] = t.float() * scale.float()[:, None]
         else:
             out[key] = t.float()
+    return out
+
+
+def ensure_gated(name: str, base: Path, gate_folder: Path, root: Path | None = None) -> Path:
+    """The base's folder with the fine-tune's `gate.safetensors` (and card) beside its weights, which
+    are linked, not copied: a gated fine-tune never changes them (`mars_core.gate`); `load_model`
+    attaches the gate it finds in a folder. Remade whenever the gate file changes."""
+    gate = Path(gate_folder) / GATE_FILE
+    out = (root or cache_root()) / "models" / name
+    stamp = sha256_of(gate)
+    try:
+        if json.loads((out / "source.json").read_text()).get("gate_sha256") == stamp:
+            _copy_described(Path(gate_folder), out)
+            return out
+    except (OSError, ValueError):
+        pass
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    os.chmod(tmp, 0o755)
+    try:
+        for f in base.iterdir():
+            if f.name == "model.safetensors":
+                try:
+                    os.link(f, tmp / f.name)
+                except OSError:  # another file system: copy
+                    shutil.copy(f, tmp / f.name)
+            elif f.name != "source.json":
+                shutil.copy(f, tmp / f.name)
+        _copy_described(Path(gate_folder), tmp)
+        shutil.copy(gate, tmp / GATE_FILE)
+        (tmp / "source.json").write_text(json.dumps({"base": base.name, "gate_sha256": stamp, "format": FORMAT}))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

