@@ -26,6 +26,7 @@ prompt-lookup drafts (`chain`), which a row takes instead where its text repeats
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -37,15 +38,24 @@ MAX_TREE_NODES = 64  # beyond this only the forward widens: the deepest candidat
 @dataclass(frozen=True)
 class DraftShape:
     """Drafts as a tree given by its parents: node v (1..N) follows `parents[v - 1]` (0 = the
-    root), every parent numbered before its children; a group of `n_masks` masks after the root
-    and after every node."""
+    root), every parent numbered before its children; a group of `n_masks` masks after each node
+    of `groups` (None: after the root and after every node). A chain is a one-wide tree: lossless
+    MARS's own drafts with groups after every accept count ("all") or after its last draft only
+    ("last"), and a prompt-lookup chain, differ only in how they are filled.
+
+    `window(prefix)` is the one window builder of the exact modes: the cursor decoders, the
+    compiled step, the replay oracle and the gated training layout all read their attention
+    pattern and positions from it."""
 
     parents: tuple[int, ...]
     n_masks: int  # B - 1
+    groups: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if any(not 0 <= p <= v for v, p in enumerate(self.parents)):
             raise ValueError(f"a node's parent must come before it: {self.parents}")
+        if self.groups is not None and any(not 0 <= g <= len(self.parents) for g in self.groups):
+            raise ValueError(f"a group stands after a node 0..{len(self.parents)}: {self.groups}")
 
     @property
     def size(self) -> int:
@@ -53,9 +63,14 @@ class DraftShape:
         return len(self.parents)
 
     @property
+    def group_nodes(self) -> tuple[int, ...]:
+        """The node each group stands after, in window order."""
+        return tuple(range(self.size + 1)) if self.groups is None else self.groups
+
+    @property
     def width(self) -> int:
-        """W, the tokens of a verifying forward: the root, N nodes, N + 1 groups."""
-        return 1 + self.size + (self.size + 1) * self.n_masks
+        """W, the tokens of a verifying forward: the root, N nodes, the groups' masks."""
+        return 1 + self.size + len(self.group_nodes) * self.n_masks
 
     @cached_property
     def parent(self) -> torch.Tensor:
@@ -83,32 +98,69 @@ class DraftShape:
             anc[v] |= anc[p]
         return anc
 
-    @cached_property
+    @property
     def layout(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """pattern (W, W) bool (query, key inside the window) and rel_pos (W,) long: positions
-        from the root's. Window: root, nodes 1..N, then group u (u = 0..N) of B - 1 masks."""
-        n, M = self.size + 1, self.n_masks
+        """`window(0)`: pattern (W, W) and positions (W,) from the root's."""
+        return self.window(0)
+
+    @functools.lru_cache(maxsize=256)
+    def window(self, prefix: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """pattern (P + W, P + W) bool (query, key) and rel_pos (P + W,) long (positions from the
+        window's first slot) of `prefix` = P new real tokens (causal; the prompt, at the first
+        forward), the root, nodes 1..N, then each group of B - 1 masks. A node sees the prefix and
+        its ancestors; a group sees the prefix, the path of the node it follows and its own
+        earlier masks."""
+        n, M, P = self.size + 1, self.n_masks, prefix
+        nodes = torch.tensor(self.group_nodes, dtype=torch.long)
         W = self.width
         i = torch.arange(W)
         is_node = i < n  # root and nodes
-        u = torch.div((i - n).clamp_min(0), M, rounding_mode="floor")  # the node a group slot stands after
-        m = (i - n).clamp_min(0) - u * M  # 0..M-1 inside the group
+        g = torch.div((i - n).clamp_min(0), max(M, 1), rounding_mode="floor")  # group slot
+        m = (i - n).clamp_min(0) - g * M  # 0..M-1 inside the group
+        u = nodes[g.clamp(max=max(len(nodes) - 1, 0))] if len(nodes) else torch.zeros_like(i)  # the node it follows
         of = torch.where(is_node, i, u)  # the node whose path a slot sees
         pos = torch.where(is_node, self.node_depth[i.clamp(max=n - 1)], self.node_depth[u.clamp(max=n - 1)] + 1 + m)
         sees_node = is_node[None, :] & self.ancestry[of][:, i.clamp(max=n - 1)]  # (W, W)
-        own_group = ~is_node[:, None] & ~is_node[None, :] & (u[:, None] == u[None, :]) & (i[:, None] >= i[None, :])
-        return sees_node | own_group, pos
+        own_group = ~is_node[:, None] & ~is_node[None, :] & (g[:, None] == g[None, :]) & (i[:, None] >= i[None, :])
+        pattern = torch.zeros(P + W, P + W, dtype=torch.bool)
+        pattern[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril()
+        pattern[P:, :P] = True
+        pattern[P:, P:] = sees_node | own_group
+        return pattern, torch.cat([torch.arange(P), P + pos])
 
-    def padded(self, size: int) -> DraftShape:
-        """The same shape with extra leaves under the root up to `size` nodes, so that rows of two
-        shapes share one window. A leaf whose token the model predicts would be accepted like any
-        draft: the output stays the model's own."""
-        return DraftShape(self.parents + (0,) * (size - self.size), self.n_masks)
+    def padded(self, size: int, n_groups: int | None = None) -> DraftShape:
+        """The same shape with extra leaves under the root up to `size` nodes (and, with explicit
+        groups, extra groups after the root up to `n_groups`), so that rows of two shapes share
+        one window. A leaf whose token the model predicts would be accepted like any draft: the
+        output stays the model's own; an extra group is never read (the first group after the
+        accepted path's last node is)."""
+        groups = self.groups
+        if groups is not None and n_groups is not None:
+            groups = groups + (0,) * (n_groups - len(groups))
+        elif groups is None and n_groups is not None:
+            raise ValueError("only a shape with explicit groups pads its groups")
+        return DraftShape(self.parents + (0,) * (size - self.size), self.n_masks, groups)
 
 
-def chain(length: int, n_masks: int) -> DraftShape:
-    """A chain of `length` drafts (prompt lookup's): node v follows v - 1."""
-    return DraftShape(tuple(range(length)), n_masks)
+def stack_windows(shapes: list[DraftShape], prefixes: list[int],
+                  device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Row i's `shapes[i].window(prefixes[i])`, right-padded to one width W: pattern (R, W, W)
+    (a padding slot sees itself only, and nothing sees it) and rel_pos (R, W) (a padding slot's
+    position is its column: in range, never read)."""
+    W = max(p + s.width for s, p in zip(shapes, prefixes))
+    pattern = torch.eye(W, dtype=torch.bool).repeat(len(shapes), 1, 1)
+    pos = torch.arange(W).repeat(len(shapes), 1)
+    for r, (s, p) in enumerate(zip(shapes, prefixes)):
+        pat, rel = s.window(p)
+        w = len(rel)
+        pattern[r, :w, :w] = pat
+        pos[r, :w] = rel
+    return pattern.to(device), pos.to(device)
+
+
+def chain(length: int, n_masks: int, groups: tuple[int, ...] | None = None) -> DraftShape:
+    """A chain of `length` drafts (lossless MARS's own, prompt lookup's): node v follows v - 1."""
+    return DraftShape(tuple(range(length)), n_masks, groups)
 
 
 @dataclass(frozen=True)

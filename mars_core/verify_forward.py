@@ -36,6 +36,7 @@ import torch
 from .decode_cursor import CursorCache
 from .decoding import left_pad, positions
 from .masks import causal_mask
+from .tree import chain, stack_windows
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -113,46 +114,6 @@ class NoCacheContext:
         self.drafts = [self.drafts[i] for i in keep]
 
 
-def window_layout(n: torch.Tensor, k: torch.Tensor, sel: torch.Tensor, B: int,
-                  W: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The one-forward window of every row, vectorised over rows.
-
-    n, k (R,): new real tokens and drafts per row; sel (R, G): the accept count each group of
-    B - 1 masks stands after; W >= max(n + k + G (B - 1)). Returns pattern (R, W, W) bool
-    (query, key inside the window), rel_pos (R, W) position offsets from the row's cursor and
-    keep (R, K + 1 + G (B - 1)): the columns of p_1..p_{K+1} (K = max k; rows with fewer
-    drafts repeat their last), then of the groups' masks.
-    """
-    dev = n.device
-    R, G = sel.shape
-    M = B - 1
-    K = int(k.max())
-    i = torch.arange(W, device=dev)[None]  # (1, W)
-    n_, k_ = n[:, None], k[:, None]
-    chain = n_ + k_  # (R, 1)
-    rel = i - chain
-    in_group = (rel >= 0) & (rel < G * M)
-    if G:
-        h = torch.div(rel.clamp_min(0), max(M, 1), rounding_mode="floor").clamp(max=G - 1)  # group slot
-        m = rel.clamp_min(0) - h * M
-        g = sel.gather(1, h)  # (R, W): the accept count the slot's group stands after
-    else:  # no group: every slot past the chain is padding
-        h = m = g = torch.zeros_like(rel)
-    is_chain = i < chain
-    pos = torch.where(is_chain, i, torch.where(in_group, n_ + g + m, i))
-    q, s = (slice(None), slice(None), None), (slice(None), None, slice(None))
-    causal = i[0][:, None] >= i[0][None, :]  # (W, W)
-    chain_key = is_chain[s] & (i[0][None, None, :] <= (n_ - 1 + g)[q])  # the group sees d_1..d_g
-    own_group = in_group[s] & (h[s] == h[q]) & causal[None]
-    eye = torch.eye(W, dtype=torch.bool, device=dev)[None]
-    pattern = torch.where(is_chain[q], is_chain[s] & causal[None],
-                          torch.where(in_group[q], chain_key | own_group, eye))
-    a = torch.minimum(torch.arange(K + 1, device=dev)[None], k_)  # (R, K + 1)
-    verify_cols = (n_ - 1 + a).clamp_min(0)
-    group_cols = chain + torch.arange(G * M, device=dev)[None]
-    return pattern, pos, torch.cat([verify_cols, group_cols], dim=1)
-
-
 class CursorContext:
     """The window of every row in one forward on a `CursorCache` (the fast path)."""
 
@@ -168,16 +129,28 @@ class CursorContext:
         sel (R, G)), one model call."""
         dev, M = self.device, B - 1
         n_list, k_list = [len(x) for x in new], [len(d) for d in drafts]
+        if any(a == 0 and b for a, b in zip(n_list, k_list)):
+            raise ValueError("a row with drafts needs a new real token before them (the root)")
+        # a row with nothing new (a draft model's row that is done drafting) runs a padding root at
+        # its cursor, which does not move: its outputs are not read and its slots are overwritten
+        new = [x if x else [self.pad_id] for x in new]
+        advance = n_list
+        n_list = [max(a, 1) for a in n_list]
         K = max(k_list)
         sel_list = group_choice(k_list, groups)
         G = len(sel_list[0])
-        widths = [a + b + G * M for a, b in zip(n_list, k_list)]
-        W = max(widths)
+        # the window: the new real tokens (all but the last are a causal prefix, the last is the
+        # root), the drafts as a chain, a group after node g for each accept count g of `sel`
+        shapes = [chain(k, M, tuple(c)) for k, c in zip(k_list, sel_list)]
+        pattern, rel_pos = stack_windows(shapes, [a - 1 for a in n_list], dev)  # (R, W, W), (R, W)
+        W = pattern.shape[1]
+        widths = [a + s.width - 1 for a, s in zip(n_list, shapes)]
         ids = torch.tensor([x + d + [self.mask_id] * (G * M) + [self.pad_id] * (W - w)
                             for x, d, w in zip(new, drafts, widths)], device=dev)
         sel = torch.tensor(sel_list, dtype=torch.long, device=dev).reshape(len(sel_list), G)
-        pattern, rel_pos, keep = window_layout(torch.tensor(n_list, device=dev), torch.tensor(k_list, device=dev),
-                                               sel, B, W)
+        n_, k_ = torch.tensor(n_list, device=dev)[:, None], torch.tensor(k_list, device=dev)[:, None]
+        a = torch.minimum(torch.arange(K + 1, device=dev)[None], k_)  # p_1..p_{K+1}, the last repeated
+        keep = torch.cat([n_ - 1 + a, n_ + k_ + torch.arange(G * M, device=dev)[None]], dim=1)
         start = torch.tensor(self.cursor, device=dev)
         L = max(self.cursor) + W
         rel = torch.arange(L, device=dev)[None] - start[:, None]  # (R, L) slot - cursor
@@ -187,7 +160,7 @@ class CursorContext:
         self.cache.plan(self.cursor, start[:, None] + torch.arange(W, device=dev), L)
         logits = self.model(input_ids=ids, attention_mask=visible[:, None], position_ids=start[:, None] + rel_pos,
                             cache=self.cache, use_cache=True, logits_to_keep=keep).logits  # (R, K + 1 + G M, V)
-        self.cursor = [c + a for c, a in zip(self.cursor, n_list)]
+        self.cursor = [c + a for c, a in zip(self.cursor, advance)]
         R, V = logits.shape[0], logits.shape[-1]
         return logits[:, : K + 1], logits[:, K + 1:].reshape(R, G, M, V), sel
 
