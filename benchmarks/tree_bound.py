@@ -32,30 +32,29 @@ from collections import defaultdict
 import torch
 
 from mars_core import load_model
-from mars_core.lookup import lookup_match
 from mars_core.masks import for_model
 from mars_core.prompts import encode_prompt, special_ids
-from mars_core.tree import parse_trees
+from mars_core.tree import chain, parse_trees
 
 
 def group_layout(L: int, first: int, B: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention (T, T) bool and position ids (T,) for s (L tokens) plus one group of B - 1 masks
-    after every t = first..L - 1, in that order (T = L + (L - first)(B - 1)).
+    after every t = first..L - 1, in that order (T = L + (L - first)(B - 1)): the exact modes'
+    window (`DraftShape.window`) of s[:first] as the prefix, s[first] as the root and the rest of
+    s as a chain with a group after every node."""
+    return chain(L - first - 1, B - 1).window(first)
 
-    Group t sees s[:t+1] and its own earlier masks; s is causal and sees no mask."""
-    M, G = B - 1, L - first
-    T = L + G * M
-    i = torch.arange(T)
-    is_s = i < L
-    rel = (i - L).clamp_min(0)
-    t = first + torch.div(rel, max(M, 1), rounding_mode="floor")  # the position a group stands after
-    m = rel - (t - first) * M  # 0..M-1 inside the group
-    pos = torch.where(is_s, i, t + 1 + m)
-    causal = i[:, None] >= i[None, :]
-    sees_s = is_s[None, :] & (i[None, :] <= t[:, None])
-    same_group = ~is_s[None, :] & (t[None, :] == t[:, None]) & causal
-    attn = torch.where(is_s[:, None], is_s[None, :] & causal, sees_s | same_group)
-    return attn, pos
+
+def ngram_match(text: list[int], n_draft: int, max_ngram: int = 3) -> tuple[int, list[int]]:
+    """The replay's own prompt-lookup search (an oracle of `mars_core.lookup`, written apart from
+    it): the longest n <= max_ngram whose last n-gram occurred earlier, and up to n_draft tokens
+    after its latest earlier occurrence."""
+    for n in range(min(max_ngram, len(text) - 1), 0, -1):
+        tail = tuple(text[len(text) - n:])
+        starts = [i for i in range(len(text) - n) if tuple(text[i:i + n]) == tail]
+        if starts:
+            return n, text[starts[-1] + n:starts[-1] + n + n_draft]
+    return 0, []
 
 
 @torch.no_grad()
@@ -84,13 +83,13 @@ def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...]
     lookup: a prompt-lookup chain beside the tree, the better branch counts; switch >= 1: one
     chain, the lookup drafts where the text's last `switch`-gram (or a longer one) occurred
     before, else the mask drafts; lookup_tokens: lookup drafts a step, at most (default
-    len(widths)); lookup_groups False: a forward drafted by lookup carries no masks, so a next
+    B - 1, as `DecodeConfig`); lookup_groups False: a forward drafted by lookup carries no masks, so a next
     step without a lookup match has no drafts; groups "last" (the decoder's default layout, chains
     only): a forward carries masks only after its last draft, so a step that rejects one leaves
     the next without mask drafts ("all": after every draft); memo: a dict shared by replays of
     the same s; trace: a list that receives (drafts, carries masks) per forward."""
     memo = {} if memo is None else memo
-    L = len(widths) if lookup_tokens is None else lookup_tokens
+    L = tops.shape[1] if lookup_tokens is None else lookup_tokens  # B - 1, as the decoders
     cand = [tops[:, i, :w].tolist() for i, w in enumerate(widths)]  # per distance: (G, w)
     c, forwards = first, 0
     started, group = False, False  # the first forward (the prompt's) has no drafts
@@ -98,7 +97,7 @@ def replay(s: list[int], first: int, tops: torch.Tensor, widths: tuple[int, ...]
         j, copied, k = 0, False, 0
         if started:
             if (lookup or switch) and (c, L) not in memo:
-                memo[(c, L)] = lookup_match(s[: c + 1], L)
+                memo[(c, L)] = ngram_match(s[: c + 1], L)
             n, d = memo[(c, L)] if lookup or switch else (0, [])
             copied = bool(switch and n >= switch)
             k = len(d) if copied else len(widths) if group else 0

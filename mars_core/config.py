@@ -10,6 +10,7 @@ import math
 import threading
 from dataclasses import dataclass
 
+from .lookup import LookupPolicy
 from .tree import MAX_TREE_NODES, DraftTree
 
 MODES = ("ar", "mars", "lossless", "spec")
@@ -193,6 +194,16 @@ class DecodeConfig:
         tree = DraftTree(widths, self.block_size - 1)
         if tree.size > MAX_TREE_NODES:
             raise ValueError(f"draft_tree {widths} has {tree.size} nodes; at most {MAX_TREE_NODES} are allowed")
+
+    @property
+    def lookup_policy(self) -> LookupPolicy | None:
+        """The prompt-lookup rule of this config (None without prompt_lookup): its drafts default
+        to block_size - 1 tokens; masks after a copied chain only without the "last" layout."""
+        if not self.prompt_lookup:
+            return None
+        tokens = self.block_size - 1 if self.prompt_lookup_tokens is None else self.prompt_lookup_tokens
+        after = self.draft_groups != "last" or self.draft_tree is not None
+        return LookupPolicy(self.prompt_lookup, max(tokens, 1), after)
 
     @property
     def effective_block_size(self) -> int:

@@ -35,7 +35,7 @@ from .acceptance import confidence
 from .decode_compiled import StaticCursorCache, _forward, run_static, window_inputs
 from .decode_exact import cap_drafts
 from .decoding import Rows, StepEvent, cut, pack
-from .drafter import pick
+from .lookup import LookupPolicy
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -109,15 +109,15 @@ def after_lossless(rows: Rows, live: list[int], outcomes: list, event: StepEvent
             for r, o in zip(live, outcomes) if not o.done}
 
 
-def lookup_refeed(n_lookup: int, min_ngram: int) -> Callable:
+def lookup_refeed(policy: LookupPolicy) -> Callable:
     """The host half of compiled lossless MARS with prompt lookup (`run_static`'s `refeed`).
 
-    Each row drafts as `drafter.LookupDrafter` does, from its prompt and output so far: the tokens
+    Each row drafts as `lookup.LookupPolicy` says, from its prompt and output so far: the tokens
     that followed an earlier occurrence of its last n-gram, or its mask predictions (none after a
-    step whose drafts it copied). The feed is B wide when no row drafts more than B - 1 tokens
-    and 1 + max(B - 1, n_lookup) otherwise, and carries the mask group unless every decoding row
-    copied: up to three graphs per bucket and window, so that a step stays as narrow as it can.
-    Returns (feed, n_feed, group).
+    step whose drafts it copied: the compiled path runs the "last" layout). The feed is B wide
+    when no row drafts more than B - 1 tokens and 1 + max(B - 1, policy.tokens) otherwise, and
+    carries the mask group unless every decoding row copied: up to three graphs per bucket and
+    window, so that a step stays as narrow as it can. Returns (feed, n_feed, group).
     """
     copied: dict[int, bool] = {}  # per sequence: were its last drafts copied?
 
@@ -129,11 +129,11 @@ def lookup_refeed(n_lookup: int, min_ngram: int) -> Callable:
                 chains.append([0])  # a finished row runs one token at its frozen cursor
                 continue
             text = rows.prompts[r] + rows.out[r]
-            drafts, copied[r] = pick(text, [] if copied.get(r) else feed[1:], min_ngram, n_lookup)
+            drafts, copied[r] = policy.propose(text, policy.masks_after(feed[1:], copied.get(r, False)))
             chains.append(feed[:1] + drafts)
             now.append(copied[r])
         B = rows.block
-        F = B if max(map(len, chains)) <= B else 1 + max(B - 1, n_lookup)
+        F = B if max(map(len, chains)) <= B else 1 + max(B - 1, policy.tokens)
         feed = torch.tensor([c + [0] * (F - len(c)) for c in chains], dtype=torch.long, device=rows.device)
         n_feed = torch.tensor([len(c) for c in chains], dtype=torch.long, device=rows.device)
         return feed, n_feed, not (now and all(now))
@@ -155,9 +155,8 @@ def decode_compiled_lossless(model: PreTrainedModel, rows: Rows, mask_id: int,
     """Yield one `StepEvent` per forward until every row of `rows` stops (greedy, exact; the config
     check refuses sampling and other draft groups)."""
     cfg = rows.cfg
-    lookup = {}
-    if cfg.prompt_lookup:
-        n_lookup = cfg.block_size - 1 if cfg.prompt_lookup_tokens is None else cfg.prompt_lookup_tokens
-        lookup = dict(refeed=lookup_refeed(n_lookup, cfg.prompt_lookup), max_feed=1 + max(cfg.block_size - 1, n_lookup))
+    lookup, policy = {}, cfg.lookup_policy
+    if policy is not None:
+        lookup = dict(refeed=lookup_refeed(policy), max_feed=1 + max(cfg.block_size - 1, policy.tokens))
     yield from run_static(model, rows, mask_id, pad_id, compiled_step=lossless_step,
                           first=first_lossless, after=after_lossless, **lookup)

@@ -90,8 +90,7 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
         draft_ctx = _context(draft_model, rows, cfg.draft_tokens + 2 * cfg.draft_block_size, mask_id, pad_id)
         drafter = ModelDrafter(draft_ctx, rows, cfg.draft_tokens, V)
     elif drafter is None and cfg.prompt_lookup:
-        drafter = LookupDrafter(rows.prompts, B - 1, cfg.prompt_lookup, cfg.prompt_lookup_tokens,
-                                groups_after_copy=cfg.draft_groups != "last")
+        drafter = LookupDrafter(rows.prompts, B - 1, cfg.lookup_policy)
     elif drafter is None:
         drafter = SelfDrafter(len(rows.prompts), B - 1)
     K = drafter.K  # drafts per step, at most

@@ -35,7 +35,6 @@ import torch
 
 from .acceptance import confidence
 from .decoding import Rows, StepEvent
-from .drafter import pick
 from .tree import DraftShape, DraftTree, accept_path, chain
 from .verify import after_drafts
 from .verify_forward import CursorContext, NoCacheContext
@@ -128,7 +127,7 @@ def draft_shapes(cfg) -> tuple[DraftTree, list[DraftShape]]:
     tree = DraftTree(tuple(cfg.draft_tree), M)
     if not cfg.prompt_lookup:
         return tree, [tree.shape]
-    L = M if cfg.prompt_lookup_tokens is None else cfg.prompt_lookup_tokens
+    L = cfg.lookup_policy.tokens
     N = max(tree.size, L)
     return tree, [tree.shape.padded(N), chain(L, M).padded(N)]
 
@@ -146,7 +145,8 @@ def decode_tree(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
     M = cfg.block_size - 1
     tree, shapes = draft_shapes(cfg)
     N, k = shapes[0].size, max(tree.widths)
-    L = shapes[-1].depth if cfg.prompt_lookup else 0
+    policy = cfg.lookup_policy
+    L = policy.tokens if policy is not None else 0
     parent = torch.stack([s.parent for s in shapes]).to(dev)  # (S, N + 1)
     depth = torch.stack([s.node_depth for s in shapes]).to(dev)
     D = max(s.depth for s in shapes)
@@ -203,7 +203,7 @@ def decode_tree(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
         bonus, nodes = bonus[idx], nodes[idx]
         kind = [0] * len(keep)
         if cfg.prompt_lookup:  # rows whose text repeats draft the lookup chain instead
-            copied = [pick(t, [], cfg.prompt_lookup, L) for t in texts]  # (drafts, copied) per row
+            copied = [policy.propose(t, []) for t in texts]  # (drafts, copied) per row
             kind = [int(c) for _, c in copied]
             if any(kind):
                 chains = torch.tensor([d + [mask_id] * (N - len(d)) for d, _ in copied], device=dev)

@@ -124,9 +124,10 @@ def test_compiled_refeed_drops_the_masks_after_a_copied_chain():
     and the step carries a group unless every decoding row copies."""
     from types import SimpleNamespace
     from mars_core.decode_compiled_lossless import lookup_refeed
+    from mars_core.lookup import LookupPolicy
     rows = SimpleNamespace(finished=[False, False], prompts=[[1, 2, 3, 1, 2], [7, 8, 9]], out=[[3], [10]],
                            block=4, device="cpu")
-    refeed = lookup_refeed(5, 2)
+    refeed = lookup_refeed(LookupPolicy(2, 5, masks_after_copy=False))
     feed, n_feed, group = refeed(rows, [0, 1], {0: [3, 50, 51, 52], 1: [10, 60, 61, 62]})
     assert feed[0, :4].tolist() == [3, 1, 2, 3] and feed[1, :4].tolist() == [10, 60, 61, 62]  # (2, 3) -> 1, 2, 3
     assert n_feed.tolist() == [4, 4] and group  # row 1 drafts by its masks: the group is carried
