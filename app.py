@@ -87,6 +87,9 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
             tab_how.add_tab(ui)
             tab_models.add_tab(ui, status)  # last: it refreshes what the others registered
         _wire_page_load(demo, ui, status)
+    # max_size counts the waiting events of every concurrency id together, so only generations wait
+    # in Gradio's queue: long jobs and model loads leave it at once and wait, bounded, in their own
+    # (core.jobs, core.loads: playground.job_queue), each on one of Gradio's 40 worker threads.
     demo.queue(max_size=opts.max_queue, default_concurrency_limit=opts.concurrency_limit)
     demo.core, demo.tabs = core, ui.tabs
     _plain_arity_errors(demo)

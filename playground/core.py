@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from mars_core.cpu import PackedLinear
 
+from .job_queue import JobQueue
 from .models import Catalog, Loaded, ModelStore, operator_source
 from .session import Session, SessionRegistry
 
@@ -24,7 +25,9 @@ class AppOptions:
     render_interval: float = 0.05  # seconds between UI updates while streaming
     concurrency_limit: int = 2  # Playground generations running at once
     job_concurrency: int = 1  # long jobs (Frontier, Batch, Under load) running at once, apart from generations
-    max_queue: int = 16
+    job_queue: int = 8  # long jobs waiting, all visitors together (and model loads, apart); then refused
+    jobs_per_session: int = 2  # long jobs one visitor (session) may have queued or running
+    max_queue: int = 16  # generations waiting for a decode slot (Gradio's queue: nothing else waits there)
     frontier_max_n: int = 64
     batch_max: int = 16
     model_capacity: int = 2  # non-bundled models kept loaded
@@ -51,6 +54,12 @@ class Core:
         self.catalog = Catalog([self.mars_source, self.ar_source], self.opts.models_dir, self.opts.allow_hub)
         self._vocab_same: dict[tuple[int, int], bool] = {}
         self.real = None  # a playground.real_pair.RealPair when the app prepares the real pair
+        # long jobs and model loads wait here, not in Gradio's queue (see playground.job_queue);
+        # training, when it comes, is a kind of long job: one run at a time, whatever job_concurrency
+        self.jobs = JobQueue(self.opts.job_concurrency, self.opts.job_queue, self.opts.jobs_per_session,
+                             kind_slots={"train": 1})
+        # loads apart: a visitor switching models should not wait behind a two-minute sweep
+        self.loads = JobQueue(1, self.opts.job_queue, 1, what="model load")
 
     def page_defaults(self, session: Session) -> None:
         """On page load: a session that has not chosen models starts on the real pair once it is ready."""

@@ -13,6 +13,10 @@ Gradio's toast and pills all the same: style.JS hides that toast and style.CSS t
 
 Why a `.failure` listener: in Gradio 6 a `.then` runs after success or cancel but not after an
 error, and a job refused by a full queue never reaches the server at all.
+
+Long jobs and model loads wait in a bounded queue of their own (`gated`, playground.job_queue), not
+in Gradio's: there they are refused (Not run, in place) when the visitor or the line is at its bound,
+and say their place in line while they wait.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from typing import Callable
 import gradio as gr
 
 from .errors import plain_message
+from .job_queue import JobQueue, QueueFull
 
 KINDS = ("info", "queued", "run", "done", "stopped", "cancelled", "rejected", "error")
 
@@ -46,7 +51,7 @@ def message_for(e: Exception) -> str:
     """What the visitor reads: a ValueError's own words; anything else a short "internal error"
     (its traceback goes to the server log only)."""
     if isinstance(e, gr.Error):
-        return html.unescape(e.message)
+        return e.message
     if isinstance(e, ValueError):
         return plain_message(e)
     traceback.print_exc()
@@ -56,12 +61,14 @@ def message_for(e: Exception) -> str:
 def in_place(fn: Callable, n_outputs: int, status_at: int) -> Callable:
     """`fn` (a generator or not) as a generator whose failure is yielded as an error status at
     output `status_at` (other outputs untouched) and then raised hidden: no toast, and the
-    event's `.failure` listeners run. A plain function's return value is yielded once."""
+    event's `.failure` listeners run. A plain function's return value is yielded once. The raised
+    message is plain text: the page never draws a hidden error, an API client reads it as text.
+    A job the long-job queue refused (QueueFull) ends as "rejected", not as an error."""
     def failed(e: Exception):
         text = message_for(e)
         out = [gr.skip()] * n_outputs
-        out[status_at] = status_html("error", text)
-        return tuple(out), gr.Error(html.escape(text, quote=False), visible=False, print_exception=False)
+        out[status_at] = status_html("rejected" if isinstance(e, QueueFull) else "error", text)
+        return tuple(out), gr.Error(text, visible=False, print_exception=False)
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
@@ -86,6 +93,34 @@ def job(fn: Callable, n_results: int, running: str, done: str) -> Callable:
         result = fn(*args, **kwargs)
         yield (*(result if isinstance(result, tuple) else (result,)), status_html("done", done))
     return run
+
+
+POLL_S = 1.0  # a waiting job yields this often: Gradio drops a cancelled or abandoned run at a yield
+
+
+def gated(queue: JobQueue, owner_at: int, kind: str, fn: Callable, n_outputs: int, status_at: int) -> Callable:
+    """The generator `fn`, run once `queue` gives it a slot; the owner (the visitor's Session) is
+    argument `owner_at`. Refused at once with QueueFull over a bound; while it waits, its place in
+    line goes to output `status_at`. The slot is given back however `fn` ends: done, failed, or
+    closed by Gradio (a cancelled run, or a visitor who left: noticed at the next yield)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with queue.enter(args[owner_at], kind) as ticket:
+            shown = None
+            while not ticket.wait(POLL_S if shown else 0):  # the first place in line is said at once
+                out = [gr.skip()] * n_outputs
+                words = waiting_words(queue, ticket.ahead)
+                if words != shown:  # an unchanged line is not sent again
+                    out[status_at], shown = status_html("queued", words), words
+                yield tuple(out)
+            yield from fn(*args, **kwargs)
+    return run
+
+
+def waiting_words(queue: JobQueue, ahead: int) -> str:
+    jobs = f"{ahead} {queue.what}{'s' if ahead != 1 else ''}"
+    at_once = "one runs" if queue.slots == 1 else f"{queue.slots} run"
+    return f"Queued: {jobs} ahead of yours ({at_once} at a time, for all visitors); it starts on its own…"
 
 
 def queued_html(what: str = "run") -> str:

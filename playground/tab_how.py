@@ -50,7 +50,8 @@ def add_tab(ui: UI) -> HowTab:
                               label="sliding window")
         ui.api(guard(tab.mask_api), "mask", "mask")
     for c in (m_n, m_b):
-        c.change(guard(tab.mask_plot), [m_n, m_b], [mask_plot], api_visibility="private", queue=False)
-    w_btn.click(guard(tab.window_plot), [ui.session], [window_plot], api_name="window", queue=False)
+        c.change(guard(tab.mask_plot, page=True), [m_n, m_b], [mask_plot], api_visibility="private", queue=False)
+    # also the /window endpoint, but its failure is drawn on the page first: escaped (it echoes no input)
+    w_btn.click(guard(tab.window_plot, page=True), [ui.session], [window_plot], api_name="window", queue=False)
     ui.tabs["how"] = tab
     return tab

@@ -6,7 +6,7 @@ import gradio as gr
 from . import fields
 from .core import Core
 from .models import QUANTIZATIONS, RELEASED_AR, RELEASED_MARS
-from .runs import in_place, queued_html, settle, status_html
+from .runs import gated, in_place, queued_html, settle, status_html
 from .session import Session
 from .ui import UI
 from .validate import as_choice
@@ -78,9 +78,12 @@ def add_tab(ui: UI, status: gr.Markdown) -> ModelsTab:
                          elem_id="load-result", label="status")
     outputs = [status, *ui.model_hook_outputs(), result]
     armed = btn.click(lambda: queued_html("load"), None, [result], queue=False, api_visibility="private")
-    loading = armed.then(in_place(tab.load_in_tab, len(outputs), len(outputs) - 1),
-                         [preset, mars_box, ar_box, quant, ui.session], outputs, api_name="load_models",
-                         show_progress_on=[result], concurrency_limit=1, concurrency_id="load")
+    # one load at a time, waiting in core.loads rather than in Gradio's queue (where waiting loads
+    # would count against the generations' room: playground.job_queue); one per visitor
+    inputs, n = [preset, mars_box, ar_box, quant, ui.session], len(outputs)
+    loader = gated(ui.core.loads, inputs.index(ui.session), "load", tab.load_in_tab, n, n - 1)
+    loading = armed.then(in_place(loader, n, n - 1), inputs, outputs, api_name="load_models",
+                         show_progress_on=[result], concurrency_limit=None, concurrency_id="load")
     loading.failure(settle, [result], [result], queue=False, api_visibility="private")
     ui.tabs["models"] = tab
     return tab

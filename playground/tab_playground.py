@@ -28,6 +28,7 @@ SCROLL_JS = """() => { const narrow = window.innerWidth < 800;
   const el = document.getElementById(narrow ? 'speed' : 'mars-panel');
   if (el) el.scrollIntoView({block: narrow ? 'start' : 'nearest'}); }"""
 SHOW_STATUS_JS = "() => { document.getElementById('run-status')?.scrollIntoView({block: 'center'}); }"
+BUTTONS_IDLE = (gr.update(interactive=False), gr.update(interactive=True))  # (Stop, Generate) once a run is over
 
 
 def _examples() -> list[list[str]]:
@@ -178,15 +179,18 @@ class PlaygroundTab:
         return duel.summary()
 
     def arm(self, session: Session):
-        """Right after Generate: Stop becomes usable and the status says the job is on its way."""
+        """Right after Generate: Stop becomes usable, the status says the job is on its way, and
+        Generate is off until the run has ended (`after_run`, `settle`): a second run of the page
+        would stream into the same panels, and the first one's end would switch Stop off under it.
+        Returns (stop, status, generate)."""
         session.stop_pressed = False
         session.run_id += 1
-        return gr.update(interactive=True), queued_html("generation")
+        return gr.update(interactive=True), queued_html("generation"), gr.update(interactive=False)
 
     def after_run(self, session: Session):
-        """Once the run has ended or been cancelled: Stop off, and after a Stop the final panels and
-        status, sent last on purpose: when Stop cancels a running generation, an update the generation had in
-        flight can land after Stop's own answer and would leave "Running" on screen."""
+        """Once the run has ended or been cancelled: Stop off, Generate on, and after a Stop the final
+        panels and status, sent last on purpose: when Stop cancels a running generation, an update the
+        generation had in flight can land after Stop's own answer and would leave "Running" on screen."""
         duel = session.duel
         if duel is not None and getattr(duel, "run_id", None) == session.run_id:  # Stop not handled yet
             duel.stop()
@@ -194,12 +198,13 @@ class PlaygroundTab:
         last = session.last_duel
         if (last is None or getattr(last, "run_id", None) != session.run_id  # never ran (cancelled in the queue)
                 or not last.mars.control.stopped):  # ended on its own: its last update is the final one
-            return (*(gr.skip(),) * 8, gr.update(interactive=False))
-        return (*self._render(last, True), gr.update(interactive=False))
+            return (*(gr.skip(),) * 8, *BUTTONS_IDLE)
+        return (*self._render(last, True), *BUTTONS_IDLE)
 
     def settle(self, status: str, session: Session):
-        """After a failure (an error, a full queue, or Stop on a queued job): a true status, Stop off."""
-        return settle(status, session.stop_pressed), gr.update(interactive=False)
+        """After a failure (an error, a full queue, or Stop on a queued job): a true status, Stop off,
+        Generate on."""
+        return settle(status, session.stop_pressed), *BUTTONS_IDLE
 
     def stop(self, status: str, session: Session):
         """Stop: a running generation ends after its current forward and keeps its tokens; a queued
@@ -339,14 +344,14 @@ def add_tab(ui: UI) -> PlaygroundTab:
 
     inputs = [prompt, tau, block, metric, temperature, seed, max_new, cache, ar_side, slow, ui.session, mars_mode]
     outputs = [run_status, ar_html, mars_html, speed, steps_chart, compare, step, replay]
-    armed = gr.on([gen_btn.click, prompt.submit], tab.arm, [ui.session], [stop_btn, run_status], queue=False,
-                  js=SCROLL_JS, api_visibility="private")
+    armed = gr.on([gen_btn.click, prompt.submit], tab.arm, [ui.session], [stop_btn, run_status, gen_btn],
+                  queue=False, js=SCROLL_JS, api_visibility="private")
     tab.page_generate = in_place(ui.gpu(tab.generate), len(outputs), 0)  # errors in the status line, once
     running = armed.then(tab.page_generate, inputs, outputs, api_name="generate_stream",
                          show_progress="full", show_progress_on=[run_status], **ui.decode_limit)
-    running.then(tab.after_run, [ui.session], outputs + [stop_btn], queue=False,
+    running.then(tab.after_run, [ui.session], outputs + [stop_btn, gen_btn], queue=False,
                  api_visibility="private")  # done or cancelled
-    settled = running.failure(tab.settle, [run_status, ui.session], [run_status, stop_btn], queue=False,
+    settled = running.failure(tab.settle, [run_status, ui.session], [run_status, stop_btn, gen_btn], queue=False,
                               api_visibility="private")  # an error, or never run
     # after Generate a phone scrolled down to the panels: bring the line that says why back in view
     settled.then(None, None, None, js=SHOW_STATUS_JS, queue=False, api_visibility="private")
@@ -355,11 +360,11 @@ def add_tab(ui: UI) -> PlaygroundTab:
     tau.change(tab.set_tau, [tau, metric, ui.session], None, queue=False, show_progress="hidden",
                api_visibility="private")
     metric.change(tab.metric_changed, [metric], [tau], queue=False, api_visibility="private")
-    step.release(guard(tab.replay), [step, ui.session], [replay], queue=False, api_visibility="private")
-    step.change(guard(tab.replay), [step, ui.session], [replay], queue=False, api_visibility="private",
+    step.release(guard(tab.replay, page=True), [step, ui.session], [replay], queue=False, api_visibility="private")
+    step.change(guard(tab.replay, page=True), [step, ui.session], [replay], queue=False, api_visibility="private",
                 show_progress="hidden")
     for btn, delta in ((prev_btn, -1), (next_btn, 1)):
-        btn.click(guard(lambda k, s, d=delta: tab.replay_move(k, d, s)), [step, ui.session], [step, replay],
+        btn.click(guard(lambda k, s, d=delta: tab.replay_move(k, d, s), page=True), [step, ui.session], [step, replay],
                   queue=False, api_visibility="private")
     gr.on([prompt.change, max_new.change, block.change], tab.prompt_info, [prompt, max_new, block, ui.session],
           [info], queue=False, show_progress="hidden", api_visibility="private", trigger_mode="always_last")

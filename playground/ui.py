@@ -10,7 +10,7 @@ from typing import Callable
 import gradio as gr
 
 from .core import Core
-from .runs import in_place, job, queued_html, settle, status_html
+from .runs import gated, in_place, job, queued_html, settle, status_html
 from .session import Session
 
 
@@ -32,33 +32,39 @@ class UI:
         return dict(concurrency_limit=self.opts.concurrency_limit, concurrency_id="decode")
 
     def job_note(self) -> gr.Markdown:
-        """The bound a long-job tab shows its visitor."""
-        n = self.opts.job_concurrency
-        return gr.Markdown(f"<span class=\"muted\">Frontier, Batch and Under load runs share one queue: "
-                           f"{'one runs' if n == 1 else f'{n} run'} at a time, for all visitors, so that "
-                           "Playground generations never wait for them. Yours may wait for another visitor's "
-                           "run to finish.</span>")
+        """The bounds a long-job tab shows its visitor."""
+        o = self.opts
+        return gr.Markdown(f"<span class=\"muted\">Frontier, Batch and Under load runs share one queue of their "
+                           f"own: {'one runs' if o.job_concurrency == 1 else f'{o.job_concurrency} run'} at a time "
+                           f"for all visitors, up to {o.job_queue} wait, and each visitor may have "
+                           f"{o.jobs_per_session} queued or running. Playground generations never wait for "
+                           "them; yours may wait for another visitor's run to finish.</span>")
 
     @property
     def job_limit(self) -> dict:
-        """Concurrency of the long jobs (Frontier sweep, Batch, Under load): a queue of their own
-        with `job_concurrency` slots (1: one job at a time for all visitors), so that one visitor's
-        jobs never hold the slots a generation needs."""
-        return dict(concurrency_limit=self.opts.job_concurrency, concurrency_id="jobs")
+        """Gradio's side of a long job (Frontier sweep, Batch, Under load): no limit, so that it
+        leaves Gradio's queue at once and waits in `core.jobs` (playground.job_queue) instead.
+        Gradio's `max_size` counts the waiting events of every concurrency id together: one
+        visitor's queued sweeps there would get everyone's generations refused."""
+        return dict(concurrency_limit=None, concurrency_id="jobs")
 
     def job_status(self, elem_id: str, idle: str) -> gr.HTML:
         """The status line under a long job's button (see playground.runs)."""
         return gr.HTML(status_html("info", idle), elem_id=elem_id, label="status")
 
     def run_job(self, btn: gr.Button, fn, inputs: list, outputs: list, status: gr.HTML, what: str,
-                api_name: str):
-        """Wire a long job's button: Queued at the click, Running once it leaves the queue, then
-        Done, Not run (queue full) or its error, in words, in `status`; the job runs in the jobs
-        queue (`job_limit`). Its API endpoint returns `outputs` and the status line, last."""
+                api_name: str, kind: str = "job"):
+        """Wire a long job's button: Queued at the click (then its place in line), Running once it
+        has a slot, then Done, Not run (a bound of the long-job queue) or its error, in words, in
+        `status`. `inputs` must hold the session (the visitor, for the bound per visitor); `kind`
+        "train" runs one at a time server-wide. Its API endpoint returns `outputs` and the status
+        line, last."""
         n = len(outputs)
+        owner_at = next(i for i, c in enumerate(inputs) if c is self.session)
         armed = btn.click(lambda: queued_html(what), None, [status], queue=False, api_visibility="private")
-        handler = in_place(job(self.gpu(fn), n, f"Running: the {what} has started…",
-                               f"Done: the {what} finished; its results are below."), n + 1, n)
+        work = job(self.gpu(fn), n, f"Running: the {what} has started…", f"Done: the {what} finished; its results "
+                   "are below.")
+        handler = in_place(gated(self.core.jobs, owner_at, kind, work, n + 1, n), n + 1, n)
         running = armed.then(handler, inputs, [*outputs, status], api_name=api_name, show_progress_on=outputs,
                              **self.job_limit)
         running.failure(settle, [status], [status], queue=False, api_visibility="private")

@@ -215,11 +215,24 @@ def test_bad_input_is_a_clear_error_next_to_the_panels(pg, kwargs, message):
 
 
 def test_markup_in_input_comes_back_as_text(pg):
+    """On the page, escaped (the status line; a toast, which Gradio renders as HTML); to an API
+    client, the same words as plain text (`&lt;` would be a wrong character there)."""
     payload = '<img src=x onerror="alert(1)"><b>bold</b>'
+    gen = pg.playground.page_generate(PROMPT, 0.9, 4, payload, 0.0, 0, 40, "sliding", AR_SIDES[0], 0, Session())
+    status = next(gen)[0]
+    assert "<img" not in status and "&lt;img" in status
     with pytest.raises(gr.Error) as e:
-        run_ui(pg, metric=payload)
-    assert "<img" not in e.value.message and "&lt;img" in e.value.message
+        next(gen)
+    assert e.value.visible is False and "unknown metric '<img src=x" in e.value.message  # hidden: for the API
     assert len(e.value.message) < 300
+
+    def bad(value):
+        raise ValueError(f"unknown thing {value!r}")
+
+    for page, wanted in ((True, "unknown thing '&lt;b&gt;'"), (False, "unknown thing '<b>'")):
+        with pytest.raises(gr.Error) as e:
+            guard(bad, page=page)("<b>")
+        assert e.value.message == wanted
     with pytest.raises(gr.Error) as e:
         run_ui(pg, tau="x" * 5000)
     assert len(e.value.message) < 300  # no 5,000-character echo

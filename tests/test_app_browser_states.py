@@ -3,8 +3,9 @@ cancelled while queued, refused by a full queue, and an error. Each must leave a
 line, Stop disabled, no red "Error" pill, no toast (an error is said once, in place), and a page
 axe-core finds clean.
 
-The app here has one decode slot, one job slot and a queue of one: a first page runs, a second
-waits, a third is refused.
+The app here has one decode slot, one job slot and a queue of one for each (Gradio's for the
+generations, playground.job_queue's for the long jobs): a first page runs, a second waits, a third
+is refused.
 """
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ import pytest
 
 from browser_fixtures import (  # noqa: F401 - the fixtures are used by name
     ARTIFACTS, DESKTOP, PHONE, axe_violations, browser, example, needs_chromium, open_page, open_tab, pair, serve,
-    set_slider, settings)
+    set_slider, settings, sync_api)
 
 pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def tight_url(pair):
-    address, demo = serve(pair, concurrency_limit=1, job_concurrency=1, max_queue=1, max_new_tokens_cap=64)
+    address, demo = serve(pair, concurrency_limit=1, job_concurrency=1, max_queue=1, job_queue=1, max_new_tokens_cap=64)
     yield address
     demo.close()
 
@@ -47,6 +48,8 @@ def assert_settled(page, status: str, expected: str, words: str, shot: str) -> N
         assert -1 <= box["y"] and box["y"] + box["height"] <= page.viewport_size["height"] + 1, (shot, box)
     if page.locator("#stop").is_visible():
         assert page.locator("#stop").is_disabled(), shot
+    if status == "#run-status":  # whatever ended the run, Generate is back
+        sync_api.expect(page.locator("#generate")).to_be_enabled(timeout=5_000)
     pills = page.locator("[data-testid=status-tracker]:visible", has_text="Error")
     assert pills.count() == 0, shot
     toasts = page.locator(".toast-item:visible")
@@ -88,6 +91,32 @@ def test_every_end_of_a_generation(browser, tight_url, device):
         page.context.close()
 
 
+def test_generate_is_off_while_a_run_plays(browser, tight_url):
+    """One run per page: a second Generate (a click, or Enter in the prompt) while a run plays
+    would start a second duel into the same panels, and the first one's end would switch Stop off
+    under the second. So Generate is disabled from the click until the run has ended."""
+    page = open_page(browser, tight_url)
+    generate, stop = page.locator("#generate"), page.locator("#stop")
+    example(page)
+    settings(page, tau=1, slow=100, max_new=40)
+    generate.click()
+    page.wait_for_selector("#mars-panel span.tok", timeout=60_000)
+    sync_api.expect(generate).to_be_disabled()
+    page.locator("#prompt textarea").press("Enter")  # Enter runs the prompt: not while a run plays
+    page.wait_for_timeout(500)
+    assert kind(page, "#run-status") == "run" and stop.is_enabled()
+    page.screenshot(path=os.path.join(ARTIFACTS, "generate-off-while-running.png"))
+    stop.click()
+    assert_settled(page, "#run-status", "stopped", "Stopped", "generate-back-after-stop")
+    assert page.locator("#mars-panel span.tok").count() < 40  # the one run, stopped; no second one resumed
+
+    settings(page, slow=0, max_new=8)
+    generate.click()
+    sync_api.expect(generate).to_be_disabled()
+    assert_settled(page, "#run-status", "done", "Done", "generate-back-after-done")
+    page.context.close()
+
+
 def test_every_end_of_a_long_job(browser, tight_url, monkeypatch):
     import benchmarks.load
 
@@ -110,7 +139,8 @@ def test_every_end_of_a_long_job(browser, tight_url, monkeypatch):
     open_tab(waiting, "Batch & KV cache")
     waiting.locator("#batch-run").click()
     wait_kind(waiting, "#batch-status", "queued")
-    waiting.wait_for_timeout(1000)  # in the server's queue, not only marked queued
+    # in the long-job queue, not only marked queued: it says its place in line
+    sync_api.expect(waiting.locator("#batch-status")).to_contain_text("1 long job ahead of yours", timeout=30_000)
     open_tab(refused, "Batch & KV cache")
     refused.locator("#batch-run").click()
     assert_settled(refused, "#batch-status", "rejected", "queue is full", "job-rejected")
