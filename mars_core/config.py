@@ -72,8 +72,8 @@ class DecodeConfig:
                       per batch-size bucket and attention window (the first step: per prefill
                       width). True picks "reduce-overhead" (CUDA graphs) on a
                       CUDA device and "default" elsewhere. Needs cache="cursor" and mode
-                      "ar", "mars" or "lossless" (greedy, draft_groups "last":
-                      `decode_compiled_lossless`).
+                      "ar", "mars" or greedy "lossless" (every kind of draft: `decode_shaped`,
+                      one graph per window size it uses).
     draft_tokens:     K, tokens the draft model proposes per step ("spec"), 1..MAX_DRAFT_TOKENS.
     draft_block_size: 1: the draft model decodes AR; > 1: it decodes with MARS (its mask
                       predictions kept while its top-1 probability passes `draft_tau`).
@@ -84,21 +84,28 @@ class DecodeConfig:
                       or "ends" (after none and after all drafts accepted). "last" is the fastest
                       on the bundled model (docs/lossless.md); the output of "lossless" never
                       depends on it.
-    prompt_lookup:    0 (off) or n in 1..3, "lossless" only, greedy (eager or compiled): where the text's last
+    prompt_lookup:    0 (off) or n in 1..3, "lossless" only, greedy: where the text's last
                       n-gram (or a longer one) occurred before, the drafts are the tokens that
-                      followed it instead of the mask predictions (`drafter.LookupDrafter`; with
+                      followed it instead of the mask predictions (`lookup.LookupPolicy`; with
                       draft_groups "last" a forward of copied drafts carries no mask group, so it
-                      is B - 1 tokens narrower); the output is still exactly AR's
-                      (docs/tree-drafts.md, docs/cpu-kernels.md have the measurements).
+                      is B - 1 tokens narrower; with draft_budget the copied tokens join the
+                      candidates); the output is still exactly AR's (docs/tree-drafts.md,
+                      docs/cpu-kernels.md have the measurements).
     prompt_lookup_tokens: the most drafts such a lookup proposes, 1..MAX_DRAFT_TOKENS (None:
                       block_size - 1, as the masks; 7-10 measured best on a CPU, docs/cpu-kernels.md).
                       A step then emits up to this many + 1 tokens. Needs prompt_lookup.
     draft_tree:       None (a chain: the top-1 of each mask) or widths (k_1, .., k_D), D <= block_size
-                      - 1, "lossless" only, greedy, eager: the drafts are the top-k_d mask candidates
+                      - 1, "lossless" only, greedy: the drafts are the top-k_d mask candidates
                       at distance d in every combination, verified in one forward with a group of
-                      masks after every node (`decode_tree`; docs/tree-drafts.md). More tokens per
+                      masks after every node (`draft_plan.tree_plan`; docs/tree-drafts.md). More tokens per
                       forward from the same weights, in a wider forward; the output is still AR's.
                       With prompt_lookup, a row whose text repeats drafts the lookup chain instead.
+    draft_budget:     None or (nodes, groups), "lossless" only, greedy: each step verifies the `nodes`
+                      candidate paths the masks' joint probabilities (and prompt lookup) make most
+                      likely, with `groups` groups of masks after the nodes most likely to end the
+                      accepted path (`draft_plan.budget_plan`): a forward of 1 + nodes + groups
+                      (block_size - 1) positions. `fastest_exact` picks it from what a forward of each
+                      width costs on the machine.
 
     "lossless" and "spec" run on cache="cursor" (fast) or cache="none" (the reference); tau is
     not used by "lossless" (its output never depends on it).
@@ -122,6 +129,7 @@ class DecodeConfig:
     prompt_lookup: int = 0
     prompt_lookup_tokens: int | None = None
     draft_tree: tuple[int, ...] | None = None
+    draft_budget: tuple[int, int] | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -149,10 +157,9 @@ class DecodeConfig:
         if self.compile and self.mode not in ("ar", "mars", "lossless"):
             raise ValueError(f"compile runs modes \"ar\", \"mars\" and \"lossless\"; mode={self.mode!r} runs "
                              "eagerly (compile=False)")
-        if self.compile and self.mode == "lossless" and (self.temperature != 0 or self.draft_groups != "last"):
-            raise ValueError("compiled lossless MARS is greedy with draft_groups=\"last\" (temperature 0); "
-                             f"got temperature={self.temperature}, draft_groups={self.draft_groups!r}: use "
-                             "compile=False for those")
+        if self.compile and self.mode == "lossless" and self.temperature != 0:
+            raise ValueError(f"compiled lossless MARS is greedy (temperature 0); got temperature={self.temperature}: "
+                             "use compile=False to sample")
         _check_int("draft_tokens", self.draft_tokens, 1)
         if self.draft_tokens > MAX_DRAFT_TOKENS:
             raise ValueError(f"draft_tokens must be <= {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
@@ -180,6 +187,8 @@ class DecodeConfig:
                                  f"prompt_lookup_tokens={self.prompt_lookup_tokens}, prompt_lookup={self.prompt_lookup}")
         if self.draft_tree is not None:
             self._check_tree()
+        if self.draft_budget is not None:
+            self._check_budget()
 
     def _check_tree(self) -> None:
         widths = self.draft_tree
@@ -188,12 +197,29 @@ class DecodeConfig:
             object.__setattr__(self, "draft_tree", widths)
         if not isinstance(widths, tuple):
             raise ValueError(f"draft_tree must be a tuple of widths such as (2, 2, 1), got {widths!r}")
-        if self.mode != "lossless" or self.temperature != 0 or self.compile:
-            raise ValueError("draft_tree runs with mode=\"lossless\", temperature 0 and compile=False; got "
-                             f"mode={self.mode!r}, temperature={self.temperature}, compile={self.compile!r}")
+        if self.mode != "lossless" or self.temperature != 0:
+            raise ValueError("draft_tree runs with mode=\"lossless\" and temperature 0; got "
+                             f"mode={self.mode!r}, temperature={self.temperature}")
         tree = DraftTree(widths, self.block_size - 1)
         if tree.size > MAX_TREE_NODES:
             raise ValueError(f"draft_tree {widths} has {tree.size} nodes; at most {MAX_TREE_NODES} are allowed")
+
+    def _check_budget(self) -> None:
+        nodes_groups = self.draft_budget
+        if isinstance(nodes_groups, list):
+            nodes_groups = tuple(nodes_groups)
+            object.__setattr__(self, "draft_budget", nodes_groups)
+        if (not isinstance(nodes_groups, tuple) or len(nodes_groups) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in nodes_groups)):
+            raise ValueError(f"draft_budget must be (nodes, groups), two integers such as (8, 2); got {nodes_groups!r}")
+        nodes, groups = nodes_groups
+        if not 1 <= nodes <= MAX_TREE_NODES or not 1 <= groups <= nodes + 1:
+            raise ValueError(f"draft_budget needs 1 <= nodes <= {MAX_TREE_NODES} and 1 <= groups <= nodes + 1; "
+                             f"got {nodes_groups}")
+        if self.mode != "lossless" or self.temperature != 0 or self.draft_tree is not None or self.block_size < 2:
+            raise ValueError("draft_budget runs with mode=\"lossless\", temperature 0, block_size >= 2 and no "
+                             f"draft_tree; got mode={self.mode!r}, temperature={self.temperature}, "
+                             f"block_size={self.block_size}, draft_tree={self.draft_tree}")
 
     @property
     def lookup_policy(self) -> LookupPolicy | None:
@@ -202,7 +228,7 @@ class DecodeConfig:
         if not self.prompt_lookup:
             return None
         tokens = self.block_size - 1 if self.prompt_lookup_tokens is None else self.prompt_lookup_tokens
-        after = self.draft_groups != "last" or self.draft_tree is not None
+        after = self.draft_groups != "last" or self.draft_tree is not None or self.draft_budget is not None
         return LookupPolicy(self.prompt_lookup, max(tokens, 1), after)
 
     @property
@@ -213,9 +239,11 @@ class DecodeConfig:
     @property
     def lookahead(self) -> int:
         """Positions past the committed text that one forward may use (the context check)."""
-        if self.mode == "lossless":  # the bonus token, B - 1 drafts (or lookup's), then a group of B - 1 masks
-            lookup = (self.prompt_lookup_tokens or self.block_size - 1) if self.prompt_lookup else 0
-            return 1 + max(self.block_size - 1, lookup) + self.block_size - 1
+        if self.mode == "lossless" and self.temperature == 0:  # the widest window of the exact step
+            from .draft_plan import lookahead
+            return lookahead(self)
+        if self.mode == "lossless":  # the bonus token, B - 1 drafts, then a group of B - 1 masks
+            return 1 + 2 * (self.block_size - 1)
         if self.mode == "spec":
             return self.draft_tokens + max(self.block_size, self.draft_block_size)
         return self.effective_block_size

@@ -35,8 +35,7 @@ import torch
 
 from .acceptance import choose_tokens, confidence
 from .decoding import Rows, StepEvent
-from .decode_tree import decode_tree, window_width
-from .drafter import Drafter, LookupDrafter, SelfDrafter
+from .drafter import Drafter, SelfDrafter
 from .speculative import ModelDrafter, vocab_size
 from .verify import after_drafts, block_after, draft_confidence, verify_drafts
 from .verify_forward import CursorContext, NoCacheContext
@@ -80,17 +79,12 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
     """
     cfg = rows.cfg
     B, spec = cfg.block_size, cfg.mode == "spec"
-    if cfg.draft_tree and drafter is None:
-        yield from decode_tree(model, rows, mask_id, pad_id, _context(model, rows, window_width(cfg), mask_id, pad_id))
-        return
     if drafter is not None and not isinstance(drafter, Drafter):
         raise ValueError(f"drafter must implement mars_core.drafter.Drafter, got {type(drafter).__name__}")
     V = vocab_size(model)
     if drafter is None and spec:
         draft_ctx = _context(draft_model, rows, cfg.draft_tokens + 2 * cfg.draft_block_size, mask_id, pad_id)
         drafter = ModelDrafter(draft_ctx, rows, cfg.draft_tokens, V)
-    elif drafter is None and cfg.prompt_lookup:
-        drafter = LookupDrafter(rows.prompts, B - 1, cfg.lookup_policy)
     elif drafter is None:
         drafter = SelfDrafter(len(rows.prompts), B - 1)
     K = drafter.K  # drafts per step, at most
@@ -99,9 +93,7 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
     while rows.running():
         tau, live = rows.tau(), rows.active
         drafts, q = drafter.propose()
-        # no group where every row copied its drafts (`LookupDrafter`): nothing would read it
-        groups = cfg.draft_groups if getattr(drafter, "needs_groups", True) else "none"
-        verify, masks, sel = target.forward(feed, drafts, B, groups)  # (R, k + 1, V), (R, G, B - 1, V)
+        verify, masks, sel = target.forward(feed, drafts, B, cfg.draft_groups)  # (R, k + 1, V), (R, G, B - 1, V)
         R, k = verify.shape[0], verify.shape[1] - 1
         V = verify.shape[-1]
         d = torch.tensor([x + [0] * (k - len(x)) for x in drafts], dtype=torch.long, device=rows.device)

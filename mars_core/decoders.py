@@ -15,6 +15,7 @@ from typing import Callable, Iterator, TYPE_CHECKING
 from .config import DecodeConfig, TauControl
 from .decode_cursor import decode_cursor
 from .decode_exact import decode_exact
+from .decode_shaped import decode_shaped
 from .decode_reference import decode_reference
 from .decoding import Rows, StepEvent
 from .masks import require_sdpa
@@ -37,6 +38,11 @@ class Decoder:
     compiled: bool
     run: Run
     about: str
+    when: Callable[[DecodeConfig], bool] | None = None  # a further condition on the config
+
+    def runs(self, config: DecodeConfig) -> bool:
+        return (config.mode in self.modes and config.cache == self.cache and bool(config.compile) == self.compiled
+                and (self.when is None or self.when(config)))
 
 
 def plain(fn: Callable[..., Iterator[StepEvent]]) -> Run:
@@ -45,11 +51,25 @@ def plain(fn: Callable[..., Iterator[StepEvent]]) -> Run:
 
 
 AR_MARS, EXACT = ("ar", "mars"), ("lossless", "spec")
+
+
+def greedy(config: DecodeConfig) -> bool:
+    """Greedy verification: every draft shape runs on the one exact step (`decode_shaped`)."""
+    return config.temperature == 0
+
+
 CORE: tuple[Decoder, ...] = (
     Decoder("reference", "reference", AR_MARS, "none", False, plain(decode_reference),
             "no KV cache, the whole text every forward: the oracle of the cached paths"),
     Decoder("cursor", "production", AR_MARS, "cursor", False, plain(decode_cursor),
             "a write cursor per row: batches decode without waiting for each other"),
+    Decoder("shaped-reference", "reference", ("lossless",), "none", False, plain(decode_shaped),
+            "greedy lossless, any draft shape, the root and every node as its own causal forward: the oracle of the window",
+            greedy),
+    Decoder("shaped", "production", ("lossless",), "cursor", False, plain(decode_shaped),
+            "greedy lossless: chain, tree, prompt lookup or planned drafts, one exact step per forward", greedy),
+    Decoder("shaped-compiled", "production", ("lossless",), "cursor", True, plain(decode_shaped),
+            "the same exact step under torch.compile: static shapes in a few window sizes", greedy),
     Decoder("exact-reference", "reference", EXACT, "none", False, decode_exact,
             "lossless / spec with every mask group as its own causal forward: the oracle of the one-forward layout"),
     Decoder("exact", "production", EXACT, "cursor", False, decode_exact,
@@ -60,7 +80,7 @@ CORE: tuple[Decoder, ...] = (
 def pick(table: tuple[Decoder, ...], config: DecodeConfig) -> Decoder:
     """The decoder of `table` that runs `config`, or a ValueError that lists what the table runs."""
     for d in table:
-        if config.mode in d.modes and config.cache == d.cache and bool(config.compile) == d.compiled:
+        if d.runs(config):
             return d
     have = "; ".join(f"mode {'/'.join(d.modes)} on cache={d.cache!r}{' compiled' if d.compiled else ''}"
                      for d in table)

@@ -7,7 +7,6 @@ from typing import Iterator, TYPE_CHECKING
 from .config import DecodeConfig, TauControl, check_tau
 from .decode_block import decode_block
 from .decode_compiled import decode_compiled
-from .decode_compiled_lossless import decode_compiled_lossless
 from .decode_sliding import decode_sliding
 from .decoders import AR_MARS, CORE, Decoder, plain, start
 from .decoding import DecodeStats, Rows, StepEvent
@@ -30,8 +29,6 @@ DECODERS: tuple[Decoder, ...] = CORE + (
             "the paper's block-level cache: rows of a batch wait for each other at block boundaries"),
     Decoder("compiled", "production", AR_MARS, "cursor", True, plain(decode_compiled),
             "the cursor cache with static shapes, one torch.compile graph per batch bucket and window"),
-    Decoder("compiled-lossless", "production", ("lossless",), "cursor", True, plain(decode_compiled_lossless),
-            "lossless MARS (greedy) on the static-shape cursor cache: verify and draft in one compiled step"),
 )
 
 

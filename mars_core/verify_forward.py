@@ -49,11 +49,8 @@ def group_choice(k: list[int], groups: str) -> list[list[int]]:
     """Per row, the accept counts j whose group of masks the forward carries (one list length).
 
     "all": every j = 0..k (padded with k); "last": j = k only (every draft accepted); "ends":
-    j = 0 and j = k; "none" (internal, not a `DecodeConfig` layout): no group, for a forward
-    whose every row copied its drafts by prompt lookup.
+    j = 0 and j = k.
     """
-    if groups == "none":
-        return [[] for _ in k]
     if groups == "last":
         return [[a] for a in k]
     if groups == "ends":

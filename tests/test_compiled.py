@@ -117,14 +117,15 @@ def test_first_step_is_one_static_prefill(confident, tokenizer, monkeypatch):
         widths.append(tuple(ids.shape))
         return dc.static_prefill(model, cache, ids, n, **kw)
 
-    real_forward = dc.cursor_forward
+    from mars_core import static_cache
+    real_forward = static_cache.cursor_forward
 
     def probe(*args, **kw):
         probes.append(1)
         return real_forward(*args, **kw)
 
     monkeypatch.setattr(dc, "compiled", only(dc.static_step, prefill))
-    monkeypatch.setattr(dc, "cursor_forward", probe)
+    monkeypatch.setattr(static_cache, "cursor_forward", probe)
     dc.static_state(confident).layout = None
     for prompts in (BATCH, PROMPTS[:1]):
         eager, static = both(confident, tokenizer, prompts, tau=0.5, block_size=4, max_new_tokens=20)

@@ -16,8 +16,7 @@ import pytest
 
 from conftest import PROMPTS
 from mars_core import DecodeConfig, generate, load_model, stream
-from mars_core import decode_compiled as dc
-from mars_core import decode_compiled_lossless as dcl
+from mars_core.exact_step import window_step
 from test_scripted_exact import B, MAX_NEW, check, expected_lossless, lengths, target  # noqa: F401
 
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "models", "tiny-mars-b4")
@@ -26,13 +25,14 @@ BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture
 def static(monkeypatch):
     """The static path, its steps run as they are (not compiled); records each step's batch size."""
+    from mars_core import decode_shaped
     seen = []
 
     def step(*args, **kw):
-        seen.append(args[2].shape[0])
-        return dcl.lossless_step(*args, **kw)
+        seen.append(args[2].ids.shape[0])
+        return window_step(*args, **kw)
 
-    monkeypatch.setattr(dc, "compiled", lambda fn, mode: step if fn is dcl.lossless_step else fn)
+    monkeypatch.setattr(decode_shaped, "compiled", lambda fn, mode: step if fn is window_step else fn)
     return seen
 
 
@@ -109,8 +109,6 @@ def test_compiled_lossless_in_bfloat16(static):
 def test_compiled_lossless_refuses_what_it_does_not_run():
     with pytest.raises(ValueError, match="compiled lossless MARS is greedy"):
         DecodeConfig(mode="lossless", cache="cursor", compile=True, temperature=0.7)
-    with pytest.raises(ValueError, match="draft_groups='all'"):
-        DecodeConfig(mode="lossless", cache="cursor", compile=True, draft_groups="all")
     with pytest.raises(ValueError, match="runs eagerly"):
         DecodeConfig(mode="spec", cache="cursor", compile=True)
 

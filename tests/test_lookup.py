@@ -67,29 +67,28 @@ def test_forwards_are_what_the_replay_of_the_rule_counts(bundled, n, tokens, gro
     assert longest == (tokens or 3) + 1  # and a step took all of them (longer than a block with 7)
 
 
-def test_a_step_whose_drafts_were_all_copied_carries_no_masks(bundled):
+def test_a_step_whose_drafts_were_all_copied_carries_no_masks(bundled, monkeypatch):
     """The rule "no mask group after a copied chain", eager: every forward whose rows all copied
     their drafts feeds no [MASK], the others do, and both happen (a repeating prompt)."""
-    from mars_core import drafter
+    from mars_core import draft_plan
     model, tok = bundled
     prompts = ["Tom has 12 apples. Tom has 12 apples. Tom has 12 apples. Tom has"]
-    propose, state, seen = drafter.LookupDrafter.propose, {}, []  # seen: (all copied, masks fed) per forward
+    plan, state, seen = draft_plan.Planner.plan, {}, []  # seen: (all copied, masks fed) per forward
 
-    def spy(self):
-        out = propose(self)
-        state["copied"] = self.started and all(self.copied)
+    def spy(self, *args):
+        out = plan(self, *args)
+        state["copied"] = out.copied
         return out
 
     def hook(_, args, kwargs):
         seen.append((state.pop("copied", False), bool((kwargs["input_ids"] == tok.mask_token_id).any())))
-    drafter.LookupDrafter.propose = spy
+    monkeypatch.setattr(draft_plan.Planner, "plan", spy)
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
     try:
         res = generate(model, tok, prompts, DecodeConfig(mode="lossless", prompt_lookup=2, prompt_lookup_tokens=7,
                                                          max_new_tokens=48))
     finally:
         handle.remove()
-        drafter.LookupDrafter.propose = propose
     ar = generate(model, tok, prompts, DecodeConfig(mode="ar", max_new_tokens=48)).token_ids
     assert res.token_ids == ar
     assert all(copied != masks for copied, masks in seen), seen
@@ -100,47 +99,40 @@ def test_a_step_whose_drafts_were_all_copied_carries_no_masks(bundled):
 
 
 def test_compiled_lookup_builds_a_graph_without_masks(bundled, monkeypatch):
-    """Compiled: the step runs with group=False (no masks in its window) once every row copied,
+    """Compiled: the step runs without a group (no masks in its window) once every row copied,
     with the mask group otherwise, and the output stays AR's. The step is wrapped, so torch.compile
-    traces it afresh and the wrapper sees each variant (feed width, group) it is compiled for."""
-    from mars_core import decode_compiled_lossless as dcl
+    traces it afresh and the wrapper sees each size (nodes, groups) it is compiled for."""
+    from mars_core import decode_shaped
     model, tok = bundled
-    step, traced = dcl.lossless_step, set()
+    step, traced = decode_shaped.window_step, set()
 
     def wrapped(*args, **kw):
-        traced.add((args[2].shape[1], kw.get("group", True)))  # (feed width, carries the group)
+        traced.add((args[2].tokens.shape[1], args[2].group_node.shape[1]))  # (nodes, groups)
         return step(*args, **kw)
-    monkeypatch.setattr(dcl, "lossless_step", wrapped)
+    monkeypatch.setattr(decode_shaped, "window_step", wrapped)
     prompts = ["Tom has 12 apples. Tom has 12 apples. Tom has 12 apples. Tom has"]
     res = generate(model, tok, prompts, DecodeConfig(mode="lossless", prompt_lookup=2, prompt_lookup_tokens=7,
                                                      max_new_tokens=48, compile=True))
     assert res.token_ids == generate(model, tok, prompts, DecodeConfig(mode="ar", max_new_tokens=48)).token_ids
-    assert (8, False) in traced and (4, True) in traced, traced
+    assert (7, 0) in traced and (3, 1) in traced, traced
 
 
-def test_compiled_refeed_drops_the_masks_after_a_copied_chain():
-    """`lookup_refeed`, the host half of the compiled path, against the rule written out: a row
-    that copied its drafts has no mask drafts next step even where a mixed batch carried the group,
-    and the step carries a group unless every decoding row copies."""
-    from types import SimpleNamespace
-    from mars_core.decode_compiled_lossless import lookup_refeed
-    from mars_core.lookup import LookupPolicy
-    rows = SimpleNamespace(finished=[False, False], prompts=[[1, 2, 3, 1, 2], [7, 8, 9]], out=[[3], [10]],
-                           block=4, device="cpu")
-    refeed = lookup_refeed(LookupPolicy(2, 5, masks_after_copy=False))
-    feed, n_feed, group = refeed(rows, [0, 1], {0: [3, 50, 51, 52], 1: [10, 60, 61, 62]})
-    assert feed[0, :4].tolist() == [3, 1, 2, 3] and feed[1, :4].tolist() == [10, 60, 61, 62]  # (2, 3) -> 1, 2, 3
-    assert n_feed.tolist() == [4, 4] and group  # row 1 drafts by its masks: the group is carried
-    rows.out = [[3, 1, 2, 3, 99], [10, 11]]  # row 0 took its copied chain, then 99: (3, 99) never occurred
-    feed, n_feed, group = refeed(rows, [0, 1], {0: [99, 70, 71, 72], 1: [11, 80, 81, 82]})
-    assert n_feed.tolist() == [1, 4] and feed[0, 0] == 99  # the group's drafts after a copied chain: dropped
-    rows.prompts[0] = [99, 5, 6, 7]  # row 0's (99, 5) -> 6, 7, 3, 1, 2; row 1's (10, 11) -> 9, 10, 11
-    rows.out = [[3, 1, 2, 3, 99, 5], [10, 11, 9, 10, 11]]
-    feed, n_feed, group = refeed(rows, [0, 1], {0: [5, 90, 91, 92], 1: [11, 83, 84, 85]})
-    assert feed[0].tolist() == [5, 6, 7, 3, 1, 2] and n_feed.tolist() == [6, 4] and not group  # both copy
-    rows.finished = [False, True]
-    feed, n_feed, group = refeed(rows, [0, 1], {0: [5, 90, 91, 92]})
-    assert n_feed.tolist() == [6, 1] and not group  # a finished row (one token at its cursor) needs no group
+def test_the_planner_drops_the_masks_after_a_copied_chain():
+    """`Planner`, the one place a step's drafts are chosen, against the rule written out: a row
+    whose text repeats drafts what followed (with "last", no group after it); a row that copied
+    has no mask drafts next step; a row that did not keeps its masks' top-1 chain and its group."""
+    from mars_core.draft_plan import Candidates, Planner
+    planner = Planner(DecodeConfig(mode="lossless", prompt_lookup=2, prompt_lookup_tokens=5))
+    masks = Candidates(((50,), (51,), (52,)), ((0.9,), (0.8,), (0.7,)))
+    copied = planner.plan(masks, [1, 2, 3, 1, 2, 3], False)  # (1, 2, 3) occurred at 0: 1, 2, 3 followed
+    assert copied.tokens == (1, 2, 3) and copied.copied and copied.shape.group_nodes == ()
+    plain = planner.plan(masks, [7, 8, 9, 10], False)
+    assert plain.tokens == (50, 51, 52) and not plain.copied and plain.shape.group_nodes == (3,)
+    after = planner.plan(masks, [1, 2, 3, 1, 2, 3, 1, 2, 3, 99], True)  # no match; the last drafts were copied
+    assert after.tokens == () and after.shape.group_nodes == (0,)
+    kept = Planner(DecodeConfig(mode="lossless", prompt_lookup=2, draft_groups="all"))  # "all" keeps them
+    assert kept.plan(masks, [1, 2, 3, 1, 2, 3, 1, 2, 3, 99], True).tokens == (50, 51, 52)
+    assert kept.plan(masks, [1, 2, 3, 1, 2, 3], False).shape.group_nodes == (0, 1, 2, 3)
 
 
 def test_prompt_lookup_is_refused_where_it_does_not_run():

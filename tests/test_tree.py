@@ -9,10 +9,8 @@ import torch
 from benchmarks.tree_bound import mask_tops, replay
 from conftest import PROMPTS, make_model
 from mars_core import DecodeConfig, generate, load_model
-from mars_core.decode_tree import TreeCursor
 from mars_core.prompts import encode_prompt, special_ids
-from mars_core.tree import DraftTree, accept_path, chain
-from mars_core.verify_forward import CursorContext
+from mars_core.tree import DraftShape, DraftTree, accept_path, chain
 from scripted import Script, attach, cut
 from test_bundled_models import CASES, ROOT
 
@@ -131,22 +129,29 @@ def test_steps_of_a_scripted_model_follow_the_rule(tokenizer, cache, widths, max
 def test_an_off_chain_path_leaves_the_cache_as_a_causal_forward_would(model):
     """After a path that is not the top-1 chain (its nodes sit apart in the window), the next
     prediction equals a plain forward of the committed text: its key/values were moved."""
+    from mars_core.decode_compiled import static_state
+    from mars_core.draft_plan import Plan
+    from mars_core.exact_step import build_window, move_path, window_forward
+
     tree = DraftTree((2, 2, 1), 3)
-    shape = tree.shape
-    ctx = CursorContext(model, 1, 64, mask_id=model.config.vocab_size - 1, pad_id=0, device="cpu")
+    mask, state = model.config.vocab_size - 1, static_state(model)
+    cache = state.take(1, 128, state.kv_layout(model, mask, 0))
     prompt = [5, 17, 3, 28, 9]
+    nodes = tuple(40 + v for v in range(tree.size))  # node v holds token 40 + v - 1
+    plan = Plan(DraftShape(tree.shape.parents, 3, tuple(range(tree.size + 1))), nodes)
     with torch.no_grad():
-        ctx.forward([prompt], [[]], 4, "all")
-        tctx = TreeCursor(ctx, [shape])
-        nodes = torch.tensor([[40 + v for v in range(tree.size)]])  # node v holds token 40 + v - 1
-        tctx.forward(torch.tensor([7]), nodes, [0])
+        first = build_window([Plan(chain(0, 3, (0,)), ())], [prompt], 0, 1, mask, 0, "cpu")
+        window_forward(model, cache, first, torch.tensor([0]), 3, 128)  # the prompt: cursor 0 -> 5
+        w = build_window([plan], [[7]], tree.size, tree.size + 1, mask, 0, "cpu")
+        window_forward(model, cache, w, torch.tensor([5]), 3, 128)
         path = [tree.nodes.index((1,)) + 1, tree.nodes.index((1, 1)) + 1, 0]  # ranks (1,), (1, 1)
-        tctx.keep([path], [2])
-        verify, _, _ = ctx.forward([[33]], [[]], 4, "all")
+        move_path(cache, torch.tensor([5]), w, torch.tensor([path]), torch.tensor([2]))
+        last = build_window([Plan(chain(0, 3, (0,)), ())], [[33]], 0, 1, mask, 0, "cpu")
+        got = window_forward(model, cache, last, torch.tensor([5 + 1 + 2]), 3, 128)[0, 0]
         text = prompt + [7, 40 + path[0] - 1, 40 + path[1] - 1, 33]
         plain = model(input_ids=torch.tensor([text])).logits[0, -1]
-    assert ctx.cursor == [len(text)]
-    torch.testing.assert_close(verify[0, 0], plain, rtol=1e-4, atol=1e-4)
+    state.give(cache)
+    torch.testing.assert_close(got, plain, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cache", ["cursor", "none"])
@@ -213,7 +218,7 @@ def test_with_prompt_lookup_the_forwards_are_what_the_replay_counts(bundled, wid
 
 @pytest.mark.parametrize("kw, words", [
     (dict(mode="mars"), "lossless"), (dict(temperature=0.7), "temperature"),
-    (dict(compile=True), "compile"), (dict(draft_tree=(2, 2, 2, 2)), "block_size >= 5"),
+    (dict(draft_tree=(2, 2, 2, 2)), "block_size >= 5"),
     (dict(draft_tree=(0, 1)), ">= 1"), (dict(draft_tree=(8, 8, 2)), "nodes"), (dict(draft_tree="2,2"), "tuple"),
 ])
 def test_bad_trees_say_what_is_allowed(kw, words):
@@ -223,8 +228,8 @@ def test_bad_trees_say_what_is_allowed(kw, words):
         DecodeConfig(**cfg)
 
 
-def test_the_context_check_counts_the_longest_chain_a_forward_may_carry():
-    """The bonus token, then B - 1 drafts or lookup's chain, then a group of B - 1 masks."""
+def test_the_context_check_counts_the_deepest_position_a_forward_may_reach():
+    """The root, then B - 1 drafts, a tree's depth or lookup's chain, then a group of B - 1 masks."""
     assert DecodeConfig(mode="lossless", block_size=4).lookahead == 1 + 3 + 3
     assert DecodeConfig(mode="lossless", block_size=4, draft_tree=(2, 2, 1)).lookahead == 1 + 3 + 3
     assert DecodeConfig(mode="lossless", block_size=4, prompt_lookup=2, prompt_lookup_tokens=10).lookahead == 1 + 10 + 3
