@@ -9,6 +9,7 @@ from .acceptance import accept
 from .config import DecodeConfig, TauControl
 from .custom_generate import mars_decoding
 from .decoding import DecodeStats, StepEvent
+from .fastest import fastest_exact
 from .generate import GenerateResult, decode_steps, generate, stream
 from .loading import load_model
 from .loss import MarsLoss, mars_loss
@@ -16,6 +17,6 @@ from .masks import mars_training_mask
 
 __all__ = [
     "DecodeConfig", "DecodeStats", "GenerateResult", "MarsLoss", "StepEvent", "TauControl",
-    "accept", "decode_steps", "generate", "load_model", "mars_decoding", "mars_loss", "mars_training_mask",
+    "accept", "decode_steps", "fastest_exact", "generate", "load_model", "mars_decoding", "mars_loss", "mars_training_mask",
     "stream",
 ]
