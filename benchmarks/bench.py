@@ -68,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
                    "mars-lossless-lookup (default 10)")
     p.add_argument("--draft-tree", type=list_arg(int, minimum=1), default=(2, 1, 1),
                    help="widths per distance of mars-lossless-tree's draft tree (default 2,1,1)")
+    p.add_argument("--draft-budget", type=list_arg(int, minimum=1), default=(8, 2),
+                   help="nodes,groups of mars-lossless-budget's planned drafts (default 8,2)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, fixed for the whole run (default 2)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
@@ -94,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             DecodeConfig(mode="lossless", block_size=a.block_size, draft_tree=tuple(a.draft_tree))
         except ValueError as e:
             p.error(f"--draft-tree: {e}")
+    if any(m.startswith("mars-lossless-budget") for m in a.methods):
+        try:
+            DecodeConfig(mode="lossless", block_size=a.block_size, draft_budget=tuple(a.draft_budget))
+        except ValueError as e:
+            p.error(f"--draft-budget: {e}")
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     try:

@@ -15,6 +15,7 @@ import copy
 import torch
 
 from mars_core.config import MAX_DRAFT_TOKENS, DecodeConfig
+from mars_core.fastest import fastest_exact
 from mars_core.generate import decode_steps
 from mars_core.loading import load_model
 from mars_core.prompts import special_ids
@@ -49,9 +50,29 @@ def run_lossless(method: Method, model, tok, ids, tau, args, counter):
         if "lookup" in method.name else {}
     if method.name.startswith("mars-lossless-tree"):
         lookup = dict(draft_tree=tuple(args.draft_tree), **lookup)
+    if method.name.startswith("mars-lossless-budget"):
+        lookup = dict(draft_budget=tuple(args.draft_budget), **lookup)
     cfg = DecodeConfig(mode="lossless", block_size=args.block_size, cache="cursor", max_new_tokens=args.max_new_tokens,
                        compile=method.compile, **lookup)
     return _decode(model, tok, ids, cfg, counter=counter if method.compile else None)
+
+
+def run_fastest(method: Method, model, tok, ids, tau, args, counter):
+    """`fastest_exact`'s configuration for this machine and batch size, chosen on its own sample
+    prompts (not the benchmark's) the first time (in the warm-up: untimed), then compiled."""
+    key = ("config", len(ids))
+    if key not in method.state:
+        report = {}
+        method.state[key] = fastest_exact(model, tok, block_size=args.block_size, batch_size=len(ids),
+                                          max_new_tokens=args.max_new_tokens, compile=True, report=report)
+        method.state.setdefault("reports", {})[len(ids)] = report
+    cfg = method.state[key]
+    return _decode(model, tok, ids, cfg, counter=counter)
+
+
+def _fastest_note(args) -> str | None:
+    return ("fastest-exact: `mars_core.fastest_exact`'s choice, per batch size, from this machine's forward costs "
+            "and a replay of each candidate on its own sample prompts (chosen in the warm-up, untimed)")
 
 
 def run_spec(method: Method, model, tok, ids, tau, args, counter):
@@ -113,6 +134,17 @@ register(Method("mars-lossless-compiled", "mars", run_lossless, "cursor", exact=
 register(Method("mars-lossless-lookup-compiled", "mars", run_lossless, "cursor", exact=True, warm_every_chunk=True,
                 compile=True, help="mars-lossless-lookup under `torch.compile` (the drafts are chosen on the host\n"
                                    "after each step's one sync); token for token AR"))
+register(Method("mars-lossless-tree-compiled", "mars", run_lossless, "cursor", exact=True, warm_every_chunk=True,
+                compile=True, help="mars-lossless-tree under `torch.compile`; token for token AR"))
+register(Method("mars-lossless-budget", "mars", run_lossless, "cursor", exact=True,
+                help="lossless MARS drafting per step the --draft-budget nodes its masks' joint probabilities\n"
+                     "make likeliest, groups after the likeliest ends (`draft_budget`); token for token AR"))
+register(Method("mars-lossless-budget-lookup-compiled", "mars", run_lossless, "cursor", exact=True,
+                warm_every_chunk=True, compile=True,
+                help="mars-lossless-budget with prompt-lookup drafts among the candidates, under `torch.compile`"))
+register(Method("fastest-exact", "mars", run_fastest, "cursor", exact=True, warm_every_chunk=True, compile=True,
+                note=_fastest_note, help="`mars_core.fastest_exact(model, tokenizer)`: the exact configuration with the\n"
+                                         "best modelled speed on this machine, compiled; token for token AR"))
 register(Method("spec", "mars", run_spec, "cursor", exact=True,
                 help="speculative decoding: --draft-model proposes --draft-tokens, the MARS\n"
                      "model verifies as an AR model (cursor caches); token for token AR"))
