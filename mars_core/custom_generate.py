@@ -16,7 +16,9 @@ Settings come from the call, else from the generation config's `mars` entry (an 
 writes its defaults there), else from `DecodeConfig`. The decoding runs on the decoders a Hub
 folder carries (`decoders.CORE`): the cursor cache (`kv_cache="cursor"`, the default) and the
 no-cache reference (`kv_cache="none"`); every mode but "spec" (it needs a draft model).
-`mode="lossless"` returns greedy `generate`'s tokens exactly, several per forward. What
+`mode="lossless"` returns greedy `generate`'s tokens exactly, several per forward. A mask-gated
+checkpoint (its generation config's `mars` says `gated`) gets its `gate.safetensors` attached
+here on first use (`gate.ensure_gate`): a stock load reads the base's weights only. What
 `generate` returns: the sequences (prompt, new tokens with the EOS that ended a row, padding
 after it), or with `return_dict_in_generate=True` a `MarsGenerateOutput` that adds
 `accept_counts` (forwards, batch): the tokens each row accepted in each forward, 0 where the row
@@ -37,6 +39,7 @@ from transformers.utils import logging
 
 from .config import DecodeConfig, TauControl
 from .decoders import CORE, start
+from .gate import GATE_FILE, ensure_gate
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
@@ -92,6 +95,10 @@ def mars_decoding(model: PreTrainedModel, input_ids: torch.LongTensor,
     given = dict(mode=mode, tau=tau, block_size=block_size, metric=metric, kv_cache=kv_cache,
                  cache_block_size=cache_block_size, max_accept=max_accept, mask_token_id=mask_token_id)
     config, mask_id = _decode_config(model, gc, input_ids, given, seed, tau_control)
+    if _defaults(model, gc).get("gated") and not ensure_gate(model):
+        raise ValueError(f"this MARS checkpoint is mask-gated: its masks need {GATE_FILE} beside the weights "
+                         "(model.config.name_or_path has none); without it the model is the base, whose masks "
+                         "are untrained")
     prompts = _prompts(input_ids, model_kwargs.get("attention_mask"))
     if streamer is not None and len(prompts) > 1:
         raise ValueError(f"a streamer needs a batch of one; got {len(prompts)} sequences")
@@ -154,9 +161,7 @@ def _check_request(model: PreTrainedModel, gc: GenerationConfig, synced_gpus: bo
 def _decode_config(model: PreTrainedModel, gc: GenerationConfig, input_ids: torch.Tensor, given: dict,
                    seed: int | None, control: TauControl | None) -> tuple[DecodeConfig, int]:
     """DecodeConfig from the call, else the generation config's `mars` defaults; and the mask id."""
-    defaults = getattr(gc, "mars", None) or getattr(model.generation_config, "mars", None) or {}
-    if not isinstance(defaults, dict):
-        raise ValueError(f"generation_config.mars must be a dict of MARS defaults, got {type(defaults).__name__}")
+    defaults = _defaults(model, gc)
     pick = {k: given[k] if given[k] is not None else defaults.get(k) for k in given}
     mask_id = pick.pop("mask_token_id")
     if mask_id is None:
@@ -179,6 +184,14 @@ def _decode_config(model: PreTrainedModel, gc: GenerationConfig, input_ids: torc
     config = DecodeConfig(**{k: v for k, v in fields_.items() if k in allowed}, temperature=temperature,
                           max_new_tokens=max_new, seed=seed if seed is not None else 0)
     return config, int(mask_id)
+
+
+def _defaults(model: PreTrainedModel, gc: GenerationConfig) -> dict:
+    """The generation config's `mars` entry: the decoding defaults an exported folder records."""
+    defaults = getattr(gc, "mars", None) or getattr(model.generation_config, "mars", None) or {}
+    if not isinstance(defaults, dict):
+        raise ValueError(f"generation_config.mars must be a dict of MARS defaults, got {type(defaults).__name__}")
+    return defaults
 
 
 def _prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:

@@ -33,6 +33,7 @@ import torch
 from . import packaged
 from .export_card import method_card, model_card
 from .export_method import write_method
+from .gate import GATE_FILE
 from .loading import ALIASES, load_tokenizer, trained_block_size
 from .prompts import MASK_TOKEN
 
@@ -79,6 +80,11 @@ def export(src: str | os.PathLike, out: str | os.PathLike, *, block_size: int | 
         config_json["pard_token"] = mask_id  # vLLM's parallel drafting reads the mask id here
         (tmp / "config.json").write_text(json.dumps(config_json, indent=2) + "\n", encoding="utf-8")
         mars = {"mode": "mars", "tau": float(tau), "block_size": B, "mask_token_id": mask_id}
+        if (src / GATE_FILE).is_file():  # a mask-gated fine-tune: the weights are the base's
+            hashes[GATE_FILE] = _copy_hashed(src / GATE_FILE, tmp / GATE_FILE)
+            mars["gated"] = True
+            notes.append(f"mask-gated: {GATE_FILE} holds the adapters that act at mask positions only; a stock "
+                         "load gives the base model (the same AR output), custom_generate attaches the gate")
         _write_generation_config(src, tmp, config_json, mars)
         for name in KEEP_FILES:
             if (src / name).is_file():
@@ -124,7 +130,7 @@ def _stock_config(raw: dict, notes: list[str]):
 
 
 def _weight_files(src: Path) -> list[str]:
-    files = sorted(p.name for p in src.glob("*.safetensors"))
+    files = sorted(p.name for p in src.glob("*.safetensors") if p.name != GATE_FILE)
     if not files:
         found = sorted(p.name for p in src.glob("*.bin")) + sorted(p.name for p in src.glob("*.pt*"))
         raise ValueError(f"{src} has no .safetensors weights" + (f" (found {found}; convert them to safetensors "

@@ -221,3 +221,32 @@ def install_gate(model, state: dict[str, torch.Tensor], mask_id: int) -> None:
 def load_gate(model, path: str) -> None:
     """Attach and fill a stored gate."""
     install_gate(model, *read_gate(path))
+
+
+def ensure_gate(model, source: str | None = None) -> bool:
+    """Attach the gate of a mask-gated checkpoint to a model loaded without it (a stock
+    `from_pretrained`, which reads model.safetensors only: the base). `source`: the folder or hub
+    id holding `gate.safetensors` (default: the model's `name_or_path`). Returns whether the model
+    carries a gate now."""
+    if gate_of(model) is not None:
+        return True
+    import os
+
+    source = source or getattr(model.config, "name_or_path", None)
+    if not source:
+        return False
+    path = os.path.join(os.path.expanduser(source), GATE_FILE)
+    if not os.path.isfile(path):
+        if os.path.exists(os.path.expanduser(source)):
+            return False
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(source, GATE_FILE)
+        except Exception as e:  # noqa: BLE001 - offline, no such file: the caller says what it needs
+            raise ValueError(f"this checkpoint is mask-gated but its {GATE_FILE} could not be read from "
+                             f"{source!r}: {type(e).__name__}: {e}") from None
+    p = next(model.parameters())
+    load_gate(model, path)
+    model.to(p.device)
+    return True

@@ -235,3 +235,36 @@ def test_a_gated_name_is_the_base_with_its_gate_and_the_base_file_is_not_copied(
     assert torch.equal(got[:, :3], want[:, :3])  # bf16 adapters: masks close, real tokens exact
     torch.testing.assert_close(got[:, 3:], want[:, 3:], rtol=0.05, atol=0.05)
     assert (got[:, 3:] - load_model("tiny-packaged")[0](ids).logits[:, 3:]).abs().amax() > 1e-3
+
+
+def test_an_exported_gated_model_decodes_with_its_gate_and_a_stock_load_is_the_base(tmp_path, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    from conftest import make_model
+    from mars_core import load_model
+    from mars_core.custom_generate import mars_decoding
+    from mars_core.export import export
+    from mars_core.gate import gate_of
+
+    base, gated = make_model("llama", len(tokenizer)), make_model("llama", len(tokenizer))
+    mask_id = tokenizer.mask_token_id
+    _randomise(attach_gate(gated, mask_id, rank=4, trainable=True), scale=0.5)
+    src = tmp_path / "src"
+    base.save_pretrained(src)
+    tokenizer.save_pretrained(src)
+    save_gate(gated, str(src / "gate.safetensors"), dtype=torch.float32)
+    summary = export(src, tmp_path / "out")
+    assert "gate.safetensors" in summary["weights"] and any("mask-gated" in n for n in summary["notes"])
+    stock = AutoModelForCausalLM.from_pretrained(tmp_path / "out", attn_implementation="sdpa").eval()
+    assert gate_of(stock) is None  # a stock load is the base
+    prompt = tokenizer(["Tom has 12 apples and"], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(stock(**prompt).logits, base(**prompt).logits)
+    kw = dict(mode="mars", tau=0.3, max_new_tokens=16, do_sample=False)
+    out = stock.generate(**prompt, custom_generate=mars_decoding, **kw)
+    assert gate_of(stock) is not None  # attached on first use
+    ours, tok = load_model(str(tmp_path / "out"))
+    want = generate(ours, tok, ["Tom has 12 apples and"], DecodeConfig(mode="mars", tau=0.3, max_new_tokens=16,
+                                                                      cache="cursor"), chat=False).token_ids[0]
+    got = out[0, prompt["input_ids"].shape[1]:].tolist()
+    assert got[:len(want)] == want
