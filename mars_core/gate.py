@@ -25,6 +25,7 @@ The stored form (`gate.safetensors`, `save_gate` / `read_gate`): per wrapped wei
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -35,10 +36,17 @@ MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "dow
 EMBEDDING = "mask_embedding"
 
 
-def gated(base_out: torch.Tensor, delta: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+def gated(base_out: torch.Tensor, delta, on: torch.Tensor | bool) -> torch.Tensor:
     """THE rule: `base_out + delta` where the input is the mask (`on`, shape base_out.shape[:-1]),
-    `base_out` itself elsewhere, bit for bit (a select, not an addition of zero)."""
-    return torch.where(on[..., None], base_out + delta, base_out)
+    `base_out` itself elsewhere, bit for bit (a select, not an addition of zero). `delta` may be a
+    function of nothing, computed only when needed; `on` may be a bool when the caller knows that
+    every position, or none, holds the mask (the gated training's clean and mask passes)."""
+    if on is False:
+        return base_out
+    d = delta() if callable(delta) else delta
+    if on is True:
+        return base_out + d
+    return torch.where(on[..., None], base_out + d, base_out)
 
 
 class MaskGate:
@@ -47,8 +55,22 @@ class MaskGate:
     def __init__(self, mask_id: int):
         self.mask_id = int(mask_id)
         self.on: torch.Tensor | None = None  # (B, T) bool, set from the ids of each forward
+        self.known: bool | None = None  # set by `every`: the input is all masks (True) or none (False)
 
-    def read(self) -> torch.Tensor:
+    @contextlib.contextmanager
+    def every(self, masks: bool):
+        """Within this block the caller promises that every input token is the mask (True) or
+        none is (False), checked once per forward: the layers then skip the per-position select
+        (and, for False, the adapters). The gated training's two passes are such forwards."""
+        self.known = masks
+        try:
+            yield
+        finally:
+            self.known = None
+
+    def read(self) -> torch.Tensor | bool:
+        if self.known is not None:
+            return self.known
         if self.on is None:
             raise RuntimeError("a mask-gated layer ran outside a forward of the model (the gate is set from "
                                "the input ids at the embedding)")
@@ -78,7 +100,8 @@ class GatedLinear(nn.Module):
         return self.base.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        delta = (x @ self.lora_a.T.to(x.dtype)) @ self.lora_b.T.to(x.dtype)  # (..., out)
+        def delta() -> torch.Tensor:  # (..., out)
+            return (x @ self.lora_a.T.to(x.dtype)) @ self.lora_b.T.to(x.dtype)
         return gated(self.base(x), delta, self.gate.read())
 
 
@@ -86,10 +109,12 @@ def _set_gate(gate: MaskGate, embedding: nn.Module):
     def pre_hook(module, args, kwargs):
         ids = args[0] if args else kwargs.get("input")
         gate.on = ids == gate.mask_id  # (B, T)
+        if gate.known is not None and bool(gate.on.all() if gate.known else gate.on.any()) != gate.known:
+            raise ValueError(f"the gate was promised {'only' if gate.known else 'no'} mask tokens in this input")
 
     def post_hook(module, args, output):
         vector = getattr(embedding, EMBEDDING, None)
-        return output if vector is None else gated(output, vector.to(output.dtype), gate.on)
+        return output if vector is None else gated(output, lambda: vector.to(output.dtype), gate.read())
 
     return pre_hook, post_hook
 

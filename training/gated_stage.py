@@ -20,7 +20,6 @@ import contextlib
 import json
 import math
 import os
-import random
 import time
 
 import torch
@@ -31,23 +30,9 @@ from mars_core.gate import attach_gate, gate_state, load_gate_state
 from training.checkpoint import write_json
 from training.frozen_stage import lr_at, read_examples
 from training.gated_layout import anchors, group_layout, with_targets
+from training.schedule import batch_at, steps_per_epoch
 
 TARGETS = ("hard", "soft", "mix")
-
-
-def steps_per_epoch(examples: int, accum: int) -> int:
-    return math.ceil(examples / accum)
-
-
-def batch_at(step: int, examples: int, accum: int, seed: int) -> list[int]:
-    """The example indices of optimizer step `step`: each epoch a fresh shuffle cut into
-    ceil(examples / accum) batches (the last one short), so `epochs` epochs are exactly
-    `epochs * steps_per_epoch` steps and a resume needs the step alone."""
-    per = steps_per_epoch(examples, accum)
-    epoch, i = divmod(step, per)
-    order = list(range(examples))
-    random.Random(seed + epoch).shuffle(order)
-    return order[i * accum:(i + 1) * accum]
 
 
 def distance_weights(spec: str | None, block_size: int) -> torch.Tensor:
@@ -70,15 +55,16 @@ def example_loss(model, ids: list[int], start: int, args, weights: torch.Tensor,
     g = with_targets(group_layout(anchors(start, n, args.groups, gen), n, args.block_size, model.mars_gate.mask_id,
                                   args.max_distance), x.cpu())
     g = g._replace(**{k: getattr(g, k).to(device) for k in ("ids", "pos", "mask", "targets", "source", "distance")})
-    with torch.no_grad(), autocast():
+    gate = model.mars_gate
+    with torch.no_grad(), autocast(), gate.every(False):  # the clean text: the base, no adapter runs
         clean = model.model(input_ids=x[None], use_cache=True)
         base_logp = None
         if args.targets != "hard":
             first = start - 1  # the clean rows that predict response tokens: first .. n - 2
             base_logp = F.log_softmax(model.lm_head(clean.last_hidden_state[0, first:n - 1]).float(), dim=-1)  # (r, V)
-    with autocast():
+    with autocast(), gate.every(True):  # only masks: every adapter runs, no per-position select
         h = model.model(input_ids=g.ids, position_ids=g.pos, attention_mask=g.mask,
-                        past_key_values=clean.past_key_values).last_hidden_state  # (1, M, H)
+                        cache=clean.past_key_values).last_hidden_state  # (1, M, H)
         logits = model.lm_head(h[0]).float()  # (M, V)
     logq = F.log_softmax(logits, dim=-1)
     hard = -logq.gather(1, g.targets[:, None])[:, 0]  # (M,)
