@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from .lookup import LookupPolicy
 from .tree import DraftShape, DraftTree, chain
 
-# the acceptance a budget plan assumes per prompt-lookup draft (d-th draft: LOOKUP_PRIOR ** d);
-# replayed on the real pair, a copied draft was accepted 62% of the time (docs/exact-step.md)
+# the acceptance a budget plan assumes per prompt-lookup draft (d-th draft: LOOKUP_PRIOR ** d): a
+# prior, not a calibration; where it misleads, `fastest_exact`'s replay sees it in the forwards
 LOOKUP_PRIOR = 0.6
 
 
