@@ -268,3 +268,18 @@ def test_an_exported_gated_model_decodes_with_its_gate_and_a_stock_load_is_the_b
                                                                       cache="cursor"), chat=False).token_ids[0]
     got = out[0, prompt["input_ids"].shape[1]:].tolist()
     assert got[:len(want)] == want
+
+
+def test_the_gpu_recipe_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir):
+    """The one command (prompts, their answers, the stage), here on the CPU with a tiny model; a
+    second run resumes rather than redoing anything."""
+    from training.gated_gpu import main
+
+    argv = ["--out", str(tmp_path / "g"), "--base", tiny_model_dir, "--prompts", "9", "--max-new-tokens", "8",
+            "--distill-batch", "4", "--accum", "4", "--epochs", "1", "--rank", "2", "--minutes", "5"]
+    assert main(argv) == 0
+    lines = (tmp_path / "g" / "distill.jsonl").read_text().splitlines()
+    assert len(lines) == 9
+    state = torch.load(tmp_path / "g" / "stage" / "latest.pt")["state"]
+    assert state["step"] == state["total_steps"] == 2  # 8 training prompts (id 0 is held out), 4 a step
+    assert main(argv) == 0 and len((tmp_path / "g" / "distill.jsonl").read_text().splitlines()) == 9

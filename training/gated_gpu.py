@@ -1,0 +1,80 @@
+"""The gated MARS recipe on a GPU, in one command: more prompts, their answers, the stage.
+
+    python -m training.gated_gpu --out runs/gated-gpu --prompts 20000 --minutes 10
+
+1. `--prompts` prompts from our generator (`training.chat_prompts`, the same rule as the CPU run:
+   ids divisible by 20 are held out), written to OUT/prompts.jsonl;
+2. the base's own greedy answers to them (`training.distill`, batched on the cursor cache), to
+   OUT/distill.jsonl; resumable, it skips the ids already there;
+3. the gated stage (`training.gated_stage`) on that file, at the paper's effective batch (384
+   examples a step), bf16 base and fp32 adapters, stopped at what is left of `--minutes`.
+
+`accelerate` picks the device (one GPU; `accelerate launch` is not needed for one). Every part
+resumes: run the same command again. On a CPU it runs too (tiny `--prompts` for a smoke test).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+
+def write_prompts(path: str, n: int, seed: int) -> None:
+    from training.chat_prompts import make_prompts
+
+    if os.path.isfile(path):
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for i, prompt in enumerate(make_prompts(n, seed)):
+            f.write(json.dumps({"id": i, "prompt": prompt}) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--base", default="smollm2-135m-instruct")
+    p.add_argument("--prompts", type=int, default=20000)
+    p.add_argument("--seed", type=int, default=1, help="the generator's seed (the CPU run's prompts are seed 0)")
+    p.add_argument("--max-new-tokens", type=int, default=192)
+    p.add_argument("--distill-batch", type=int, default=128)
+    p.add_argument("--accum", type=int, default=384, help="examples per optimizer step (the paper's effective batch)")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--epochs", type=float, default=4.0)
+    p.add_argument("--minutes", type=float, default=10.0, help="the whole command's budget")
+    args = p.parse_args(argv)
+    from accelerate import Accelerator
+
+    from mars_core import load_model
+    from training.distill import distill, read_prompts
+    from training.gated_stage import main as stage
+
+    began = time.time()
+    device = str(Accelerator().device)
+    os.makedirs(args.out, exist_ok=True)
+    prompts_file, data = os.path.join(args.out, "prompts.jsonl"), os.path.join(args.out, "distill.jsonl")
+    try:
+        write_prompts(prompts_file, args.prompts, args.seed)
+        model, tok = load_model(args.base, dtype="float32", device=device)
+        with torch.inference_mode():
+            distill(model, tok, read_prompts(prompts_file), data, args.max_new_tokens, args.distill_batch,
+                    log=lambda s: print(s, flush=True))
+        del model
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    left = args.minutes - (time.time() - began) / 60
+    print(f"distilled in {(time.time() - began) / 60:.1f} min; the stage gets {left:.1f}", flush=True)
+    return stage(["--base", args.base, "--data", data, "--out", os.path.join(args.out, "stage"), "--device", device,
+                  "--dtype", "bfloat16" if device != "cpu" else "float32", "--rank", str(args.rank),
+                  "--lr", str(args.lr), "--accum", str(args.accum), "--epochs", str(args.epochs),
+                  "--minutes", str(max(left, 0.5)), "--snapshot-minutes", "2", "--warmup", "5"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
