@@ -15,7 +15,9 @@ MARS's speed-up follows): docs/cpu-kernels.md.
 from __future__ import annotations
 
 import functools
+import itertools
 import platform
+import weakref
 
 import torch
 
@@ -68,36 +70,70 @@ def cpu_dtype(requested: str, native: bool | None = None) -> tuple[torch.dtype, 
     return getattr(torch, requested), None
 
 
+_LAYERS: "weakref.WeakValueDictionary[int, PackedLinear]" = weakref.WeakValueDictionary()
+_SLOTS = itertools.count()
+
+
 @torch.library.custom_op("mars::packed_linear", mutates_args=())
-def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
-    """oneDNN's prepacked matmul as an op `torch.compile` keeps as it is: inductor lowers
+def packed_linear(x: torch.Tensor, bias: torch.Tensor | None, out_features: int, slot: int) -> torch.Tensor:
+    """A packed layer's matmul as an op `torch.compile` keeps as it is: inductor lowers
     `mkldnn._linear_pointwise` only for weights it packed itself (freezing, where on x86 float32 it
-    packs for MKL instead, which is as slow as `F.linear` for 2+ rows: docs/cpu-kernels.md)."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    packs for MKL instead, which is as slow as `F.linear` for 2+ rows: docs/cpu-kernels.md). The
+    layer is found by its slot at run time, so a compiled graph reads its current weight too (a
+    packed tensor held as a graph constant would go stale when the weight changes)."""
+    return _LAYERS[slot].matmul(x, bias)
 
 
 @packed_linear.register_fake
-def _(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+def _(x: torch.Tensor, bias: torch.Tensor | None, out_features: int, slot: int) -> torch.Tensor:
     return x.new_empty(*x.shape[:-1], out_features)
 
 
 class PackedLinear(torch.nn.Module):
-    """An `nn.Linear` whose weight oneDNN reordered once into its blocked layout (inference only).
+    """An `nn.Linear` whose weight oneDNN reordered into its blocked layout (inference only).
 
     On a CPU, PyTorch's float32 `nn.Linear` calls MKL, which repacks the weight on every call of
     a few rows and is slow on AMD processors; oneDNN's prepacked matmul (`torch.ops.mkldnn`, the
     kernel inductor's freezing uses) is not. On the 2-core AMD EPYC of this repository a forward
     of the 135M SmolLM2 model over 300 cached tokens takes 59 ms instead of 69 for one new token
     and 89 ms instead of 125 for eight (docs/cpu-kernels.md). The original Parameter stays (`weight`, `bias`), so
-    `state_dict`, saving and tied embeddings are untouched; only `forward` reads the packed copy.
+    `state_dict`, saving and tied embeddings are untouched; the packed copy is derived from it and
+    made again whenever the weight changed since (`load_state_dict`, an in-place edit, a cast or a
+    move: its version counter, storage, dtype or device), so it can never serve stale weights.
+    An edit through `weight.data` bypasses the version counter: call `repack()` after one.
     Under `torch.compile` it calls `packed_linear`, which inductor leaves as it is.
     """
 
-    def __init__(self, linear: torch.nn.Linear, packed: torch.Tensor):
+    def __init__(self, linear: torch.nn.Linear, batch_hint: int = 8):
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.in_features, self.out_features, self.batch_hint = linear.in_features, linear.out_features, batch_hint
         self.weight, self.bias = linear.weight, linear.bias
-        self.packed = packed  # a plain attribute: not a buffer, so no state_dict entry and no .to()
+        self.repack()
+        self._register()
+
+    def _register(self) -> None:
+        self.slot = next(_SLOTS)
+        _LAYERS[self.slot] = self
+
+    def _stamp(self) -> tuple:
+        w = self.weight
+        return w._version, w.data_ptr(), w.dtype, w.device, w.shape
+
+    def repack(self) -> None:
+        """Pack the current weight (None where oneDNN cannot pack its dtype: `F.linear` then)."""
+        self.packed, self.pack_error = None, None  # plain attributes: no state_dict entry, no .to()
+        try:
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), self.batch_hint)
+        except RuntimeError as e:  # float64, or bf16 without the instructions: F.linear, correct and slower
+            self.pack_error = str(e).splitlines()[0]
+        self.stamp = self._stamp()
+
+    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self._stamp() != self.stamp:
+            self.repack()
+        if self.packed is None:
+            return torch.nn.functional.linear(x, self.weight.detach(), bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
@@ -106,8 +142,15 @@ class PackedLinear(torch.nn.Module):
                                "without prepack to train")
         bias = None if self.bias is None else self.bias.detach()
         if torch.compiler.is_compiling():
-            return packed_linear(x, self.packed, bias, self.out_features)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+            return packed_linear(x, bias, self.out_features, self.slot)
+        return self.matmul(x, bias)
+
+    def __getstate__(self):  # oneDNN's opaque tensor cannot be copied: a copy packs its own weight
+        return {**self.__dict__, "packed": None, "stamp": None}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._register()
 
 
 def prepack(model: torch.nn.Module, batch_hint: int = 8) -> tuple[int, str | None]:
@@ -125,11 +168,11 @@ def prepack(model: torch.nn.Module, batch_hint: int = 8) -> tuple[int, str | Non
         return 0, "this PyTorch build has no oneDNN: prepack left the model as it is"
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if type(child) is torch.nn.Linear]  # quantised and adapter layers subclass it: not ours to pack
-    try:  # all or nothing: a half-packed model would be a puzzle
-        packed = [torch.ops.mkldnn._reorder_linear_weight(c.weight.detach(), batch_hint) for _, _, c in targets]
-    except RuntimeError as e:  # bf16 without avx512bw / avx_ne_convert, ...
-        return 0, f"oneDNN cannot pack {first.dtype} weights on this CPU ({str(e).splitlines()[0]}): left as it is"
-    for (parent, name, child), w in zip(targets, packed):
-        setattr(parent, name, PackedLinear(child, w))
+    layers = [PackedLinear(child, batch_hint) for _, _, child in targets]
+    failed = [layer.pack_error for layer in layers if layer.packed is None]
+    if failed:  # all or nothing: a half-packed model would be a puzzle
+        return 0, f"oneDNN cannot pack {first.dtype} weights on this CPU ({failed[0]}): left as it is"
+    for (parent, name, _), layer in zip(targets, layers):
+        setattr(parent, name, layer)
     model.requires_grad_(False)  # an inference model now: forwards outside torch.no_grad() stay legal
     return len(targets), None

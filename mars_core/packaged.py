@@ -227,7 +227,10 @@ def delta_tensors(stored: dict[str, torch.Tensor], file_name: str = "delta.safet
             if key[: -len(ROW_SCALE)] not in stored:
                 raise ValueError(f"{file_name} has a scale {key!r} without its matrix")
             continue
-        if key.endswith(LORA_B):
+        if key.endswith(LORA_B):  # added with its A below; alone it would be dropped without a word
+            if key[: -len(LORA_B)] + LORA_A not in stored:
+                raise ValueError(f"{file_name} has {key!r} without {key[: -len(LORA_B)] + LORA_A!r}: a low-rank delta "
+                                 "is the pair KEY.lora_b @ KEY.lora_a")
             continue
         if key.endswith(LORA_A):
             name = key[: -len(LORA_A)]

@@ -2,13 +2,17 @@
 
 Run from the repository root (minutes; commit first, it works on a clean copy of HEAD):
 
-    python tests/mutants.py [--only NAME_PART] [--tests "tests/a.py tests/b.py"] [--out docs/mutants.json]
+    python tests/mutants.py [--only NAME_PART] [--files PATH,...] [--tests "tests/a.py tests/b.py"]
+                            [--checkout] [--out docs/mutants.json]
 
 Each mutant is one plausible bug (a boundary moved, a step dropped, a wrong index) written as an
 exact text edit of one file. The harness applies it to a git worktree of HEAD (the checkout you
 work in is never touched), runs the tests with `-x`, and records: killed by an assertion,
-killed by an exception (a crash in a helper is a weaker catch), or survived. The table of
-results, and why each survivor left alive is harmless, is in docs/testing.md.
+killed by an exception (a crash in a helper is a weaker catch), or survived. `--checkout` works
+on a copy of the checkout as it is instead (uncommitted work included; git is not touched). The
+table of results, and why each survivor left alive is harmless, is in docs/testing.md. The
+mutants of the newer code (frozen-layer training, LoRA, the int8 delta, prepack) are in
+tests/mutants_newer.py.
 """
 from __future__ import annotations
 
@@ -16,11 +20,14 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import mutants_newer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXACT = "tests/test_scripted_exact.py tests/test_exact.py tests/test_exact_sampling.py tests/test_hub.py"
@@ -38,6 +45,7 @@ TESTS = {
     "mars_core/export.py": "tests/test_export.py tests/test_hub.py",
     "benchmarks/load_sim.py": "tests/test_load.py tests/test_app_under_load.py",
     "mars_core/decode_compiled_lossless.py": "tests/test_compiled_lossless.py",
+    **mutants_newer.TESTS,
 }
 
 # (name, file, old text, new text): `old` must occur exactly once in the file
@@ -152,6 +160,7 @@ MUTANTS = [
      "next_n = torch.where(going & has_group, B, 1)", "next_n = torch.where(going, B, 1)"),
     ("compiled lossless drafted not counted", "mars_core/decode_compiled_lossless.py",
      "rows.stats.drafted += sum(int(o.extra[2]) for o in outcomes)", "rows.stats.drafted += 0"),
+    *mutants_newer.MUTANTS,
 ]
 
 
@@ -159,6 +168,18 @@ def worktree() -> Path:
     path = Path(tempfile.mkdtemp(prefix="mars-mutants-")) / "tree"
     subprocess.run(["git", "worktree", "add", "--detach", str(path), "HEAD"], cwd=ROOT, check=True,
                    capture_output=True)
+    return path
+
+
+def checkout_copy() -> Path:
+    """A copy of the checkout as it is: tracked files and the new ones git does not ignore."""
+    path = Path(tempfile.mkdtemp(prefix="mars-mutants-")) / "tree"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        if (ROOT / rel).is_file():  # a tracked file deleted in the checkout stays deleted
+            (path / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, path / rel)
     return path
 
 
@@ -196,20 +217,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=None, help="run the mutants whose name contains one of these (comma-separated)")
     ap.add_argument("--tests", default=None, help="test files to run (default: per mutated file)")
+    ap.add_argument("--files", default=None, help="run the mutants of these files (comma-separated paths)")
+    ap.add_argument("--checkout", action="store_true", help="mutate a copy of the checkout as it is, not HEAD")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
-    tree = worktree()
+    tree = checkout_copy() if args.checkout else worktree()
     results = []
     try:
         for name, rel, old, new in MUTANTS:
             if args.only and not any(part in name for part in args.only.split(",")):
                 continue
+            if args.files and rel not in args.files.split(","):
+                continue
             r = run_one(tree, name, rel, old, new, args.tests or TESTS[rel], args.timeout)
             results.append(r)
             print(f"{r['result']:<22} {rel:<28} {name}  {r.get('detail', '')}", flush=True)
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+        if args.checkout:
+            shutil.rmtree(tree.parent, ignore_errors=True)
+        else:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
     killed = sum(r["result"].startswith("killed") for r in results)
     asserted = sum(r["result"] == "killed (assertion)" for r in results)
     print(f"{killed}/{len(results)} killed, {asserted} by an assertion")

@@ -69,10 +69,11 @@ def test_max_distance_drops_exactly_the_far_targets():
 def test_gradients_reach_only_the_upper_layers():
     model = tiny_llama()
     params = trainable_upper(model, 2)
+    assert [id(p) for p in params] == [id(p) for p in model.model.layers[2:].parameters()]  # every one of them
     c = compact_inputs(list(range(10, 26)), 6, 4, MASK)
     noisy, clean = upper_loss(model, lower_hidden(model, c, 2), c, 2)
     (noisy + clean).backward()
-    assert all(p.grad is not None for p in params)
+    assert all(p.grad is not None for p in model.model.layers[2:].parameters())
     assert all(p.grad is None for p in model.model.layers[:2].parameters())
     assert model.model.embed_tokens.weight.grad is None
 

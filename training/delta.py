@@ -10,9 +10,11 @@ gives it, not on the fp32 snapshot. `--format bf16` writes the older all-bf16 fo
 
     python -m training.delta runs/smollm2-mars/latest.pt assets/models/smollm2-135m-mars
 
-A run trained with `--lora-rank` on top of the shipped delta (`frozen_stage --init` of the run that
-delta came from) ships its adapters instead: `--lora` writes `lora.safetensors`, `KEY.lora_a` and
-`KEY.lora_b` (scale folded in) in bf16, which `load_model` adds after `delta.safetensors`.
+A run trained with `--lora-rank` on top of the shipped delta (`frozen_stage --init
+FOLDER/delta.safetensors`) ships its adapters instead: `--lora` writes `lora.safetensors`, `KEY.lora_a`
+and `KEY.lora_b` (scale folded in) in bf16, which `load_model` adds after `delta.safetensors`. It
+refuses a folder whose delta is not the one the adapters were trained on (checked by sha256): there
+they would ship on weights they never saw.
 
     python -m training.delta runs/smollm2-mars-lora/latest.pt assets/models/smollm2-135m-mars --lora
 """
@@ -20,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from mars_core.packaged import ROW_SCALE, ensure_named
+from mars_core.packaged import DELTA_FILES, ROW_SCALE, ensure_named, sha256_of
 
 
 def make_delta(layers: dict[str, torch.Tensor], base: dict[str, torch.Tensor], fmt: str = "int8") -> dict[str, torch.Tensor]:
@@ -50,26 +53,55 @@ def make_delta(layers: dict[str, torch.Tensor], base: dict[str, torch.Tensor], f
     return out
 
 
+def check_lora_base(path: str, snapshot: dict, out: str) -> None:
+    """Adapters ship on top of OUT's delta.safetensors: it must be the delta they were trained on."""
+    if "lora" not in snapshot:
+        raise ValueError(f"{path} has no adapters (it was not trained with --lora-rank)")
+    trained_on = snapshot["state"].get("init_sha256")  # None: the bare base; absent: a run from fp32 layers
+    if "init_sha256" not in snapshot["state"]:
+        raise ValueError(f"{path} trained its adapters on the fp32 layers of {snapshot['state']['args'].get('init')}, "
+                         "not on a shipped delta: they would ship on weights they never saw (train the continuation "
+                         "with frozen_stage --init FOLDER/delta.safetensors)")
+    there = os.path.join(out, DELTA_FILES[0])
+    shipped = sha256_of(there) if os.path.isfile(there) else None
+    if shipped != trained_on:
+        raise ValueError(f"{path} trained its adapters on {snapshot['state']['args'].get('init') or 'the bare base'}, "
+                         f"but {out} ships {'another delta' if shipped else 'no delta'} under them: write them beside "
+                         "the delta they were trained on")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("snapshot")
     p.add_argument("out")
-    p.add_argument("--base", default="smollm2-135m-instruct")
+    p.add_argument("--base", default="smollm2-135m-instruct", help="a model name, or a folder with model.safetensors")
     p.add_argument("--format", default="int8", choices=("int8", "bf16"))
     p.add_argument("--lora", action="store_true", help="write the snapshot's adapters as lora.safetensors")
     args = p.parse_args(argv)
     snapshot = torch.load(args.snapshot)
-    if args.lora:
-        if "lora" not in snapshot:
-            print(f"error: {args.snapshot} has no adapters (it was not trained with --lora-rank)")
-            return 2
-        delta, name, fmt = {k: v.to(torch.bfloat16).contiguous() for k, v in snapshot["lora"].items()}, "lora.safetensors", "lora-bf16"
-    else:
-        base = load_file(ensure_named(args.base) / "model.safetensors")
-        delta, name, fmt = make_delta(snapshot["layers"], base, args.format), "delta.safetensors", args.format
+    try:
+        if args.lora:
+            check_lora_base(args.snapshot, snapshot, args.out)
+            delta = {k: v.to(torch.bfloat16).contiguous() for k, v in snapshot["lora"].items()}
+            name, fmt = DELTA_FILES[1], "lora-bf16"
+        else:
+            if os.path.isfile(os.path.join(args.out, DELTA_FILES[1])):
+                raise ValueError(f"{args.out} holds {DELTA_FILES[1]}, adapters trained on the delta this would replace: "
+                                 "remove it first (a new delta ships alone, or with adapters trained on it)")
+            base = load_file(Path(args.base) / "model.safetensors" if os.path.isdir(args.base)
+                             else ensure_named(args.base) / "model.safetensors")
+            delta, name, fmt = make_delta(snapshot["layers"], base, args.format), DELTA_FILES[0], args.format
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
     os.makedirs(args.out, exist_ok=True)
     tmp = os.path.join(args.out, name + ".tmp")
-    save_file(delta, tmp, metadata={"base": args.base, "format": fmt})
+    # the minutes let a run that starts from this delta (frozen_stage --init) continue the clock
+    minutes = str(snapshot.get("state", {}).get("minutes", 0.0))
+    meta = {"base": args.base, "format": fmt, "minutes": minutes}
+    if args.lora:  # which delta the adapters were trained on, for whoever loads the pair
+        meta["delta_sha256"] = snapshot["state"]["init_sha256"] or ""
+    save_file(delta, tmp, metadata=meta)
     os.replace(tmp, os.path.join(args.out, name))
     size = os.path.getsize(os.path.join(args.out, name)) / 2**20
     print(f"{len(delta)} tensors, {size:.1f} MiB")
