@@ -12,7 +12,8 @@ killed by an exception (a crash in a helper is a weaker catch), or survived. `--
 on a copy of the checkout as it is instead (uncommitted work included; git is not touched). The
 table of results, and why each survivor left alive is harmless, is in docs/testing.md. The
 mutants of the newer code (frozen-layer training, LoRA, the int8 delta, prepack) are in
-tests/mutants_newer.py.
+tests/mutants_newer.py; those of the one exact step, the plans, lookup, fastest_exact and the mask
+gate in tests/mutants_exact.py.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import mutants_exact
 import mutants_newer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,8 +46,8 @@ TESTS = {
     "mars_core/tau_policy.py": "tests/test_tau_policy.py tests/test_serving.py tests/test_load.py",
     "mars_core/export.py": "tests/test_export.py tests/test_hub.py",
     "benchmarks/load_sim.py": "tests/test_load.py tests/test_app_under_load.py",
-    "mars_core/decode_compiled_lossless.py": "tests/test_compiled_lossless.py",
     **mutants_newer.TESTS,
+    **mutants_exact.TESTS,
 }
 
 # (name, file, old text, new text): `old` must occur exactly once in the file
@@ -148,19 +150,8 @@ MUTANTS = [
     # the under-load verdict
     ("verdict ignores a stopped run", "benchmarks/load_sim.py", "(pct(lat, 0.95) <= target and not raw[\"stopped\"])", "(pct(lat, 0.95) <= target)"),
     ("verdict on the median", "benchmarks/load_sim.py", "(pct(lat, 0.95) <= target and", "(pct(lat, 0.5) <= target and"),
-    # compiled lossless
-    ("compiled lossless cursor misses the bonus", "mars_core/decode_compiled_lossless.py",
-     "cursor + torch.where(alive, 1 + j, 0)", "cursor + torch.where(alive, j, 0)"),
-    ("compiled lossless always has a group", "mars_core/decode_compiled_lossless.py",
-     "has_group = j == k ", "has_group = j >= 0 "),
-    ("compiled lossless accepts one draft too many", "mars_core/decode_compiled_lossless.py",
-     "j = ok.long().cumprod(dim=1).sum(dim=1)  # (R,) accepted drafts",
-     "j = (ok.long().cumprod(dim=1).sum(dim=1) + 1).clamp(max=B - 1)"),
-    ("compiled lossless drafts after a rejection", "mars_core/decode_compiled_lossless.py",
-     "next_n = torch.where(going & has_group, B, 1)", "next_n = torch.where(going, B, 1)"),
-    ("compiled lossless drafted not counted", "mars_core/decode_compiled_lossless.py",
-     "rows.stats.drafted += sum(int(o.extra[2]) for o in outcomes)", "rows.stats.drafted += 0"),
     *mutants_newer.MUTANTS,
+    *mutants_exact.MUTANTS,
 ]
 
 
