@@ -2,7 +2,7 @@
 path, the commit, the plans, prompt lookup, the replay of fastest_exact, the gate's rule and the
 gated training layout. Read by tests/mutants.py; same form as its MUTANTS."""
 
-SHAPED = "tests/test_scripted_exact.py tests/test_tree.py tests/test_lookup.py tests/test_compiled_lossless.py"
+SHAPED = "tests/test_exact_step.py tests/test_scripted_exact.py tests/test_tree.py tests/test_lookup.py tests/test_compiled_lossless.py"
 TESTS = {
     "mars_core/exact_step.py": SHAPED,
     "mars_core/draft_plan.py": f"tests/test_fastest.py {SHAPED}",
