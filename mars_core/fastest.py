@@ -150,21 +150,27 @@ def sample(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: 
 
     mask_id, _, stop = special_ids(model, tokenizer)
     out = generate(model, tokenizer, list(prompts), DecodeConfig(mode="ar", cache="cursor", max_new_tokens=max_new_tokens))
-    dev = next(model.parameters()).device
     samples = []
     for prompt, ids in zip(prompts, out.token_ids):
         p = encode_prompt(tokenizer, prompt)
         text = p + ids + ([stop[0]] if len(ids) < max_new_tokens and stop else [])
-        first, M = len(p) - 1, block_size - 1
-        pattern, pos = chain(len(text) - first - 1, M).window(first)
-        x = torch.tensor([text + [mask_id] * ((len(text) - first) * M)], device=dev)
-        logits = model(input_ids=x, attention_mask=pattern[None, None].to(dev), position_ids=pos[None].to(dev),
-                       logits_to_keep=torch.arange(len(text), x.shape[1], device=dev)).logits[0]
-        top = torch.softmax(logits.float(), -1).topk(TOP_K, dim=-1)
-        shape = (len(text) - first, M, TOP_K)
-        samples.append(Sample(tuple(text), first, tuple(map(tuple, top.indices.view(shape).tolist())),
-                              tuple(map(tuple, top.values.view(shape).tolist()))))
+        samples.append(sample_of(model, text, len(p) - 1, mask_id, block_size))
     return samples
+
+
+@torch.no_grad()
+def sample_of(model: PreTrainedModel, text: list[int], first: int, mask_id: int, block_size: int) -> Sample:
+    """The candidates of a group of masks after every position of `text` from `first` on, one forward."""
+    dev = next(model.parameters()).device
+    M = block_size - 1
+    pattern, pos = chain(len(text) - first - 1, M).window(first)
+    x = torch.tensor([list(text) + [mask_id] * ((len(text) - first) * M)], device=dev)
+    logits = model(input_ids=x, attention_mask=pattern[None, None].to(dev), position_ids=pos[None].to(dev),
+                   logits_to_keep=torch.arange(len(text), x.shape[1], device=dev)).logits[0]
+    top = torch.softmax(logits.float(), -1).topk(TOP_K, dim=-1)
+    shape = (len(text) - first, M, TOP_K)
+    return Sample(tuple(text), first, tuple(map(tuple, top.indices.view(shape).tolist())),
+                  tuple(map(tuple, top.values.view(shape).tolist())))
 
 
 def replay(s: Sample, cfg: DecodeConfig) -> list[int]:

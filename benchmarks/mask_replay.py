@@ -1,0 +1,102 @@
+"""Exact tokens per forward of every lossless configuration on a model's known AR outputs, no decoding.
+
+    python -m benchmarks.mask_replay --run runs/si48-base --self-instruct user_oriented_instructions.jsonl \
+        --model smollm2-135m-instruct --layers runs/gated-a/snapshots/step000400.pt --out runs/replay/400.json
+
+A lossless decode's output is the model's greedy AR output (a `benchmarks.real_eval` run's `ar`
+records) and its drafts depend only on that text and the masks' predictions after each prefix of
+it, so one forward per prompt (`mars_core.fastest.sample_of`: a group of masks after every
+position) and the decoders' own planner (`fastest.replay`) give the forwards of every
+configuration exactly: the chain ("last", "all"), a draft tree, planned budgets, with and without
+prompt lookup. For a mask-gated fine-tune the AR output is the base's whatever the snapshot, so
+one AR run serves every snapshot of a training curve. Also reported: the masks' top-1 accuracy per
+distance (the share of positions whose mask predicts the AR token).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+
+from mars_core import DecodeConfig, load_model
+from mars_core.fastest import replay, sample_of
+from mars_core.gate import install_gate
+from mars_core.prompts import special_ids
+
+from .real_eval import read_set
+from .tree_bound import ar_text
+
+CONFIGS = {
+    "chain last": dict(draft_groups="last"), "chain all": dict(draft_groups="all"),
+    "tree 2,2,1": dict(draft_tree=(2, 2, 1)), "budget 8,2": dict(draft_budget=(8, 2)),
+    "budget 12,3": dict(draft_budget=(12, 3)),
+    "chain last + lookup": dict(draft_groups="last", prompt_lookup=2, prompt_lookup_tokens=10),
+    "chain all + lookup": dict(draft_groups="all", prompt_lookup=2, prompt_lookup_tokens=10),
+    "tree 2,2,1 + lookup": dict(draft_tree=(2, 2, 1), prompt_lookup=2, prompt_lookup_tokens=10),
+    "budget 8,2 + lookup": dict(draft_budget=(8, 2), prompt_lookup=2, prompt_lookup_tokens=10),
+}
+
+
+def summarise(samples, tokens: list[int], block_size: int) -> dict:
+    """Tokens per forward of each config (tokens as real_eval counts them: EOS excluded, the forward
+    that emits it counted) and the masks' top-1 accuracy per distance."""
+    out = {}
+    for name, kw in CONFIGS.items():
+        cfg = DecodeConfig(mode="lossless", block_size=block_size, **kw)
+        forwards = sum(len(replay(s, cfg)) for s in samples)
+        out[name] = round(sum(tokens) / forwards, 4)
+    hits = [[0, 0] for _ in range(block_size - 1)]
+    for s in samples:  # row t - first: the masks after text[:t + 1], mask m predicts text[t + 2 + m]
+        for row, t in enumerate(range(s.first, len(s.text))):
+            for m in range(block_size - 1):
+                if t + 2 + m < len(s.text):
+                    hits[m][0] += s.ids[row][m][0] == s.text[t + 2 + m]
+                    hits[m][1] += 1
+    out["top1 by distance"] = [round(h / n, 4) if n else None for h, n in hits]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, help="a real_eval folder holding the model's `ar` outputs")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--spec-bench")
+    src.add_argument("--self-instruct")
+    src.add_argument("--prompts")
+    p.add_argument("--model", default="smollm2-135m-mars")
+    p.add_argument("--layers", default=None, help="a gated stage's snapshot: its adapters on --model")
+    p.add_argument("--block-size", type=int, default=4)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    kind, path = next((k, v) for k, v in (("spec-bench", args.spec_bench), ("self-instruct", args.self_instruct),
+                                          ("ours", args.prompts)) if v)
+    try:
+        prompts = {r["id"]: r for r in read_set(kind, path)}
+        model, tok = load_model(args.model, dtype="float32")
+        if args.layers:
+            install_gate(model, torch.load(args.layers, map_location="cpu")["gate"], tok.mask_token_id)
+        with open(os.path.join(args.run, "outputs.jsonl"), encoding="utf-8") as f:
+            ars = [r for r in map(json.loads, filter(str.strip, f)) if r["setting"] == "ar"][: args.limit]
+        mask_id, _, stop = special_ids(model, tok)
+        texts = [ar_text(tok, prompts, r, stop[0]) for r in ars]
+    except (ValueError, OSError, KeyError) as e:
+        print(f"error: {e}")
+        return 2
+    samples = [sample_of(model, text, first, mask_id, args.block_size) for text, first in texts]
+    result = {"model": args.model, "layers": args.layers, "n": len(samples),
+              **summarise(samples, [r["tokens"] for r in ars], args.block_size)}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
