@@ -283,3 +283,15 @@ def test_the_gpu_recipe_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir
     state = torch.load(tmp_path / "g" / "stage" / "latest.pt")["state"]
     assert state["step"] == state["total_steps"] == 2  # 8 training prompts (id 0 is held out), 4 a step
     assert main(argv) == 0 and len((tmp_path / "g" / "distill.jsonl").read_text().splitlines()) == 9
+
+
+def test_init_starts_from_another_runs_adapters_and_continues_its_clock(tmp_path, tiny_model_dir, tokenizer):
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "first", "--max-steps", "2") == 0
+    first = torch.load(tmp_path / "first" / "latest.pt")
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "second", "--init", str(tmp_path / "first" / "latest.pt"),
+                  "--max-steps", "1", "--lr", "0") == 0  # lr 0: the adapters stay what --init gave
+    second = torch.load(tmp_path / "second" / "latest.pt")
+    for k in first["gate"]:
+        assert torch.equal(first["gate"][k], second["gate"][k]), k
+    assert second["state"]["step"] == 1 and second["state"]["cpu_minutes"] >= first["state"]["cpu_minutes"]
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "third", "--init", str(tmp_path / "nothing.pt")) == 2

@@ -125,6 +125,15 @@ def train(args) -> None:
     os.makedirs(args.out, exist_ok=True)
     latest = os.path.join(args.out, "latest.pt")
     run_args = {k: v for k, v in vars(args).items()}
+    if args.init and not os.path.isfile(latest):  # another run's adapters, a fresh optimizer and schedule
+        if not os.path.isfile(args.init):
+            raise ValueError(f"--init {args.init}: no such file (give a gated run's latest.pt or a snapshot)")
+        start = torch.load(args.init, map_location=device)
+        if "gate" not in start:
+            raise ValueError(f"--init {args.init} is not a gated stage's snapshot")
+        load_gate_state(model, start["gate"])
+        state["cpu_minutes"] = start["state"].get("cpu_minutes", 0.0)  # the clock counts all CPU since the base
+        state["minutes"] = start["state"].get("minutes", 0.0)
     if os.path.isfile(latest):
         saved = torch.load(latest, map_location=device)
         check_resume(saved["state"].get("args", {}), run_args)
@@ -182,6 +191,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="a training.distill file (the base's own answers)")
     p.add_argument("--out", required=True)
     p.add_argument("--first", type=int, default=None, help="train on the data file's first N records")
+    p.add_argument("--init", default=None, help="start from another gated run's adapters (fresh optimizer and schedule; "
+                                               "its CPU-minutes continue); a folder with latest.pt resumes instead")
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--layers", type=int, default=None, help="gate the top N decoder layers (default: all)")
     p.add_argument("--block-size", type=int, default=4)
