@@ -40,6 +40,7 @@ import torch
 
 from .acceptance import accept
 from .decoding import Rows, StepEvent, cut, pack
+# StaticState, static_state and the rest are re-exported: tools and tests reach them through this module
 from .static_cache import (CAPACITY_STEP, PREFILL_STEP, StaticCursorCache, StaticState, _bucket, _shrink,  # noqa: F401
                            compiled, resolve_mode, static_state)
 

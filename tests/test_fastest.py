@@ -3,7 +3,6 @@ and follows the cost curve; the measurements are kept on disk."""
 import os
 
 import pytest
-import torch
 
 from mars_core import DecodeConfig, generate, load_model
 from mars_core import fastest
