@@ -295,3 +295,17 @@ def test_init_starts_from_another_runs_adapters_and_continues_its_clock(tmp_path
         assert torch.equal(first["gate"][k], second["gate"][k]), k
     assert second["state"]["step"] == 1 and second["state"]["cpu_minutes"] >= first["state"]["cpu_minutes"]
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "third", "--init", str(tmp_path / "nothing.pt")) == 2
+
+
+def test_a_stored_gate_of_another_shape_is_refused_with_its_name():
+    from mars_core.gate import load_gate_state
+
+    a, b = tiny_llama(), tiny_llama()
+    attach_gate(a, MASK, rank=3)
+    attach_gate(b, MASK, rank=2)
+    with pytest.raises(ValueError, match="shapes"):
+        load_gate_state(b, gate_state(a))
+    c = tiny_llama()
+    attach_gate(c, MASK, rank=2, layers=1)
+    with pytest.raises(ValueError, match="does not match"):
+        load_gate_state(c, gate_state(b))
