@@ -58,6 +58,39 @@ def summarise(samples, tokens: list[int], block_size: int) -> dict:
     return out
 
 
+CURVE = ("chain last", "chain all", "tree 2,2,1", "budget 12,3", "chain all + lookup", "tree 2,2,1 + lookup")
+
+
+def curve(args, model, tok, texts: list, tokens: list[int], mask_id: int) -> int:
+    """Every `--every`-th snapshot of a gated run (and its last), replayed; RUN/curve/curve.json."""
+    from mars_core.gate import gate_of, load_gate_state
+
+    names = sorted(f for f in os.listdir(os.path.join(args.curve, "snapshots")) if f.endswith(".pt"))
+    picked = names[args.every - 1::args.every] + ([names[-1]] if names and names[-1] not in names[args.every - 1::args.every] else [])
+    folder = os.path.join(args.curve, "curve")
+    os.makedirs(folder, exist_ok=True)
+    points = []
+    for name in picked:
+        saved = torch.load(os.path.join(args.curve, "snapshots", name), map_location="cpu")
+        path = os.path.join(folder, name.replace(".pt", ".json"))
+        if not os.path.isfile(path):
+            if gate_of(model) is None:
+                install_gate(model, saved["gate"], mask_id)
+            else:
+                load_gate_state(model, saved["gate"])
+            samples = [sample_of(model, text, first, mask_id, args.block_size) for text, first in texts]
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(summarise(samples, tokens, args.block_size), f)
+        with open(path, encoding="utf-8") as f:
+            got = json.load(f)
+        points.append({"snapshot": f"step {saved['state']['step']}", "minutes": round(saved["state"]["cpu_minutes"], 1),
+                       "cpu": True, **{k: got[k] for k in CURVE}})
+        print(points[-1], flush=True)
+    with open(os.path.join(folder, "curve.json"), "w", encoding="utf-8") as f:
+        json.dump(points, f, indent=1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="a real_eval folder holding the model's `ar` outputs")
@@ -67,15 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--prompts")
     p.add_argument("--model", default="smollm2-135m-mars")
     p.add_argument("--layers", default=None, help="a gated stage's snapshot: its adapters on --model")
+    p.add_argument("--curve", default=None, help="a gated run's folder: replay each of its snapshots (kept in "
+                   "RUN/curve/, resumable) and write RUN/curve/curve.json against CPU-minutes; --out is then unused")
+    p.add_argument("--every", type=int, default=1, help="with --curve: every N-th snapshot (and the last)")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", default=None)
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     kind, path = next((k, v) for k, v in (("spec-bench", args.spec_bench), ("self-instruct", args.self_instruct),
                                           ("ours", args.prompts)) if v)
+    if not (args.out or args.curve):
+        p.error("give --out (one replay) or --curve RUN (a training curve)")
     try:
         prompts = {r["id"]: r for r in read_set(kind, path)}
         model, tok = load_model(args.model, dtype="float32")
@@ -88,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, KeyError) as e:
         print(f"error: {e}")
         return 2
+    if args.curve:
+        return curve(args, model, tok, texts, [r["tokens"] for r in ars], mask_id)
     samples = [sample_of(model, text, first, mask_id, args.block_size) for text, first in texts]
     result = {"model": args.model, "layers": args.layers, "n": len(samples),
               **summarise(samples, [r["tokens"] for r in ars], args.block_size)}

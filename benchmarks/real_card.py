@@ -115,11 +115,21 @@ def frontier(known: dict | None, known_base: dict | None, spec: dict | None, mod
     return {"n": n, "split": " + ".join(c for _, c in sets), "runs": runs}
 
 
+def curve_caption(targs: dict) -> str:
+    if "targets" in targs:
+        return ("Tokens per forward of exact decodes on self-instruct's first 48 instructions (the base's AR output, "
+                "128 tokens), replayed exactly without decoding (`benchmarks.mask_replay`), against CPU-minutes; "
+                "every one is the base's greedy output:")
+    return ("Tokens per forward on 24 held-out prompts of ours (96 new tokens, greedy), in brackets the "
+            "share of outputs identical to the same weights' AR output:")
+
+
 def curve_table(points: list[dict] | None) -> str:
     if not points:
         return "(no curve measured)"
-    cols = [k for k in points[0] if k not in ("snapshot", "minutes") and not k.endswith("_identical")]
-    lines = ["| snapshot | training minutes | " + " | ".join(cols) + " |", "|---|---:|" + "---:|" * len(cols)]
+    cols = [k for k in points[0] if k not in ("snapshot", "minutes", "cpu") and not k.endswith("_identical")]
+    head = "CPU-minutes" if points and points[0].get("cpu") else "training minutes"
+    lines = [f"| snapshot | {head} | " + " | ".join(cols) + " |", "|---|---:|" + "---:|" * len(cols)]
     for p in points:
         cells = []
         for c in cols:
@@ -172,6 +182,16 @@ def divergence_line(summary: dict | None) -> str:
 
 def _stage_line(targs: dict, log: list[dict], first: bool) -> str:
     last = log[-1] if log else {}
+    if "targets" in targs:  # a mask-gated stage (training.gated_stage): adapters at mask positions only
+        tail = log[-10:]
+        losses = ", ".join(f"{k} {sum(r[k] for r in tail) / max(1, len(tail)):.2f}" for k in ("soft", "hard")
+                           if tail and k in tail[0])
+        where = "every decoder layer" if targs.get("layers") is None else f"the top {targs['layers']} layers"
+        return (f"{'' if first else 'Then '}{last.get('step', '?')} optimizer steps of {targs.get('accum', '?')} examples "
+                f"(of {targs.get('epochs', '?')} epochs planned), mask-gated rank-{targs.get('rank', '?')} adapters on "
+                f"{where} and the mask's embedding, the base frozen, {targs.get('groups') or 'all'} groups of masks a "
+                f"visit, {targs.get('targets', '?')} targets, lr {targs.get('lr', '?')} (cosine), block size "
+                f"{targs.get('block_size', '?')}; final loss (mean of the last 10 steps): {losses}.")
     how = (f"rank-{targs['lora_rank']} LoRA (scale {(targs.get('lora_alpha') or targs['lora_rank']) / targs['lora_rank']:g}) on the top "
            f"{targs.get('train_layers', '?')} layers, merged" if targs.get("lora_rank")
            else f"top {targs.get('train_layers', '?')} layers train")
@@ -199,7 +219,23 @@ def training_lines(run: str, targs: dict, log: list[dict]) -> list[str]:
     stages.reverse()
     lines = ["- " + _stage_line(a, lg, i == 0) for i, (a, lg) in enumerate(stages)]
     last = log[-1] if log else {}
+    if "cpu_minutes" in last:  # the gated stage counts CPU time, across sittings and pauses
+        return lines + ["", f"{last['cpu_minutes']:.0f} CPU-minutes in all ({_threads(targs.get('threads'))}, "
+                            f"{cpu_name()}), across several sittings."]
     return lines + ["", f"{last.get('minutes', '?')} training minutes in all on {_threads(targs.get('threads'))} of a 2-core AVX2 CPU."]
+
+
+def cpu_name() -> str:
+    """The CPU a run was measured on, as /proc/cpuinfo names it, with its bf16 support."""
+    from mars_core.cpu import native_bf16
+
+    name = "a CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {'native bf16' if native_bf16() else 'no native bf16'}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,8 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         curve = _read(os.path.join(args.run, "curve", "curve.json"))
         training = ["## Training (measured)", "", *training_lines(args.run, targs, log), "",
                     "### Training curve", "",
-                    "Tokens per forward on 24 held-out prompts of ours (96 new tokens, greedy), in brackets the "
-                    "share of outputs identical to the same weights' AR output:", "", curve_table(curve), ""]
+                    curve_caption(targs), "", curve_table(curve), ""]
     body = [intro, "", *training]
     if si:
         n = si.get("ar", next(iter(si.values())))["overall"]["n"]

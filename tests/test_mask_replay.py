@@ -51,3 +51,25 @@ def test_a_gated_snapshot_is_read_on_the_model(run, tmp_path):
     plain = json.loads((run / "r.json").read_text()) if (run / "r.json").exists() else None
     got = json.loads((tmp_path / "r.json").read_text())
     assert got["layers"].endswith("snap.pt") and (plain is None or got["chain last"] != plain["chain last"])
+
+
+def test_a_curve_of_a_gated_runs_snapshots(run, tmp_path):
+    from mars_core import load_model
+    from mars_core.gate import attach_gate, gate_state
+
+    model, tok = load_model(BUNDLED)
+    params = attach_gate(model, tok.mask_token_id, rank=2, trainable=True)
+    (tmp_path / "g" / "snapshots").mkdir(parents=True)
+    for step, scale in ((10, 0.0), (20, 1.0)):
+        with torch.no_grad():
+            for p in params:
+                p.normal_(0, scale) if scale else p.zero_()
+        torch.save({"gate": gate_state(model), "state": {"step": step, "cpu_minutes": step / 10}},
+                   tmp_path / "g" / "snapshots" / f"step{step:06d}.pt")
+    assert mask_replay.main(["--run", str(run / "run"), "--prompts", str(run / "p.jsonl"), "--model", BUNDLED,
+                             "--curve", str(tmp_path / "g")]) == 0
+    points = json.loads((tmp_path / "g" / "curve" / "curve.json").read_text())
+    assert [p["snapshot"] for p in points] == ["step 10", "step 20"] and points[1]["minutes"] == 2.0
+    plain = json.loads((run / "r.json").read_text()) if (run / "r.json").exists() else None
+    if plain is not None:  # a zero gate is the model as it is
+        assert points[0]["chain all"] == plain["chain all"] and points[1]["chain all"] != plain["chain all"]
