@@ -221,6 +221,7 @@ def save_gate(model, path: str, dtype: torch.dtype = torch.bfloat16) -> None:
     state = {k: v.to(dtype).contiguous() for k, v in gate_state(model).items()}
     tmp = path + ".tmp"
     save_file(state, tmp, metadata={"format": "pt", "mask_token_id": str(gate_of(model).mask_id)})
+    os.chmod(tmp, 0o644)  # an ordinary file of the checkout, readable like the rest
     os.replace(tmp, path)
 
 
