@@ -24,7 +24,7 @@ import gradio as gr  # noqa: E402
 
 from mars_core import DecodeConfig, generate  # noqa: E402
 from playground import style, tab_batch, tab_frontier, tab_how, tab_models, tab_playground  # noqa: E402
-from playground import tab_under_load  # noqa: E402
+from playground import tab_train, tab_under_load  # noqa: E402
 from playground.core import AppOptions, Core  # noqa: E402
 from playground.models import BUNDLED_AR, BUNDLED_MARS, scrub  # noqa: E402
 from playground.real_pair import RealPair  # noqa: E402
@@ -72,19 +72,20 @@ def build_app(mars_path=None, ar_path=None, options: AppOptions | None = None, q
     mars_src, ar_src = resolve_defaults(mars_path, ar_path)
     core = Core(mars_src, ar_src, opts, quantization=quantization or os.environ.get("MARS_QUANTIZATION", "none"))
     if opts.real_pair and mars_src == BUNDLED_MARS and RealPair.offered():
-        core.real = RealPair(core.store, quantization=core.quantization).start()
+        core.real = RealPair(core.store, quantization=core.quantization, on_ready=core.fastest.start).start()
     with gr.Blocks(title="MARS Playground", analytics_enabled=False) as demo:
         ui = UI(core)
         # ZeroGPU holds a GPU for `duration` s per call: a decode stops itself after max_seconds
         ui.gpu = lambda fn: GPU(fn, duration=int(opts.max_seconds) + 30)
         gr.Markdown(INTRO)
         status = gr.Markdown(core.model_status(), elem_id="model-status", label="models loaded")
-        with gr.Tabs():
+        with gr.Tabs() as ui.tabs_box:
             tab_playground.add_tab(ui)
             tab_frontier.add_tab(ui)
             tab_batch.add_tab(ui)
             tab_under_load.add_tab(ui)
             tab_how.add_tab(ui)
+            tab_train.add_tab(ui, status)  # after the tabs its hand-off refreshes
             tab_models.add_tab(ui, status)  # last: it refreshes what the others registered
         _wire_page_load(demo, ui, status)
     # max_size counts the waiting events of every concurrency id together, so only generations wait
@@ -119,6 +120,8 @@ def _wire_page_load(demo: gr.Blocks, ui: UI, status: gr.Markdown) -> None:
     while the real pair is prepared, its progress line in the status, refreshed every few seconds."""
     core = ui.core
     if core.real is None:
+        if ui.page_load_outputs():
+            demo.load(ui.page_load_values, [ui.session], ui.page_load_outputs(), queue=False, api_visibility="private")
         return
 
     def page_load(session, request: gr.Request = None):

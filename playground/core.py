@@ -2,13 +2,16 @@
 models a session uses."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from mars_core.cpu import PackedLinear
 
+from .fastest import FastestConfigs
 from .job_queue import JobQueue
 from .models import Catalog, Loaded, ModelStore, operator_source
 from .session import Session, SessionRegistry
+from .trained import TRAINED, TrainedModels
 
 
 @dataclass
@@ -35,6 +38,13 @@ class AppOptions:
     models_dir: str | None = None  # folder of models users may pick (default: $MARS_MODELS_DIR)
     allow_hub: bool = True  # users may load hub ids (owner/name)
     real_pair: bool = False  # prepare the real pair in the background (playground.real_pair); app.py turns it on
+    # the Train tab (playground.tab_train): one run at a time, within this budget whatever a caller sends
+    train_seconds: float = 240.0  # a run's budget: start-up, training and evaluations
+    train_max_steps: int = 400
+    train_threads: int = max(1, (os.cpu_count() or 2) - 1)  # leaves a core to the visitors' generations
+    train_memory_mb: float = 3000.0  # a run's process is ended above this
+    train_eval_n: int = 16  # held-out problems decoded at each of a run's evaluations
+    trained_capacity: int = 8  # visitors' trained models held in memory, all sessions together
 
 
 class Core:
@@ -60,14 +70,38 @@ class Core:
                              kind_slots={"train": 1})
         # loads apart: a visitor switching models should not wait behind a two-minute sweep
         self.loads = JobQueue(1, self.opts.job_queue, 1, what="model load")
+        # the "exact, fastest here" mode's configuration per MARS model (playground.fastest)
+        self.fastest = FastestConfigs()
+        self.trained = TrainedModels(self.opts.trained_capacity)  # visitors' trained models (memory only)
 
     def page_defaults(self, session: Session) -> None:
-        """On page load: a session that has not chosen models starts on the real pair once it is ready."""
+        """When a session starts (a page loads, or an API client's first call): one that has not
+        chosen models starts on the real pair once it is ready, and keeps the pair it started on."""
+        session.started = True
         if self.real is not None and self.real.ready and session.mars_source is None:
             session.mars_source, session.ar_source = self.real.mars, self.real.ar
             session.quantization = self.real.quantization
 
+    def session_of(self, request) -> Session:
+        """The session of an endpoint that gets the request but no `gr.State` (a `gr.api` endpoint):
+        the one the client's other calls use, or a new one, remembered, on the page's default pair."""
+        key = getattr(request, "session_hash", None)
+        session = self.sessions.get(key)
+        if not session.started:
+            self.page_defaults(session)
+            self.sessions.remember(key, session)
+        return session
+
     def models_for(self, session: Session | None) -> tuple[Loaded, Loaded | None]:
+        # an API client never fires the page's load event: its session starts at its first call, on the
+        # same pair a page opened then would get
+        if session is not None and not session.started:
+            self.page_defaults(session)
+        if session is not None and session.mars_source == TRAINED:
+            mine = self.trained.get(session)
+            if mine is not None:
+                return mine, self.store.get(session.ar_source)
+            session.mars_source = session.ar_source = None  # dropped at the server's limit: the defaults
         if session is None or session.mars_source is None:
             return self.mars, self.ar
         q = session.quantization

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 from mars_core import DecodeConfig, TauControl, stream
 
-from . import render
+from . import exactness, render
 from .models import Loaded
 
 AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
 # what the MARS side runs: value -> label (lossless and spec are exact; see mars_core.decode_exact)
-MARS_MODES = {"mars": "MARS (tau)", "lossless": "lossless MARS (exact: verifies its own drafts)",
+MARS_MODES = {"mars": "MARS (tau)",
+              "fastest": "exact, fastest here (lossless MARS with the drafts fastest_exact picked for this machine)",
+              "lossless": "lossless MARS (exact: verifies its own drafts)",
               "lookup": "lossless MARS + prompt lookup (exact: copies drafts where the text repeats)",
               "tree": "lossless MARS + draft tree (exact: the masks' top 2 guesses)",
               "spec": "spec: the AR checkpoint drafts, MARS verifies (exact at tau = 1)"}
@@ -25,6 +27,8 @@ LOOKUP_TOKENS = 10
 # "tree" drafts the masks' top 2 / 2 / 1 candidates at distance 1 / 2 / 3 (the library's draft_tree; 1.64 tokens
 # per forward against 1.42 for the top-1 chain on the real pair, held-out self-instruct, docs/tree-drafts.md)
 TREE = (2, 2, 1)
+# "fastest" takes these fields from `mars_core.fastest_exact`'s config (playground.fastest)
+FASTEST_FIELDS = ("block_size", "draft_groups", "prompt_lookup", "prompt_lookup_tokens", "draft_tree", "draft_budget")
 
 
 @dataclass
@@ -105,7 +109,10 @@ class Duel:
     """Set up both sides; `run()` steps them and yields after every step once both started."""
 
     def __init__(self, prompt: str, settings: dict, ar_side: str, mars_model: Loaded, ar_model: Loaded | None,
-                 max_seconds: float, mars_mode: str = "mars", same_vocab: bool = True):
+                 max_seconds: float, mars_mode: str = "mars", same_vocab: bool = True,
+                 fastest: DecodeConfig | None = None, fallback_note: str = ""):
+        """`fastest`: the "fastest" mode's configuration for this MARS model (None while it is being
+        measured: the mode then runs lossless + prompt lookup and `fallback_note` says so)."""
         if ar_side not in AR_SIDES:
             raise ValueError(f"ar_side must be one of {', '.join(AR_SIDES)}, got {ar_side!r}")
         if mars_mode not in MARS_MODES:
@@ -124,17 +131,22 @@ class Duel:
         mars_settings = dict(settings)
         if mars_mode != "mars" and settings["cache"] not in ("none", "cursor"):
             mars_settings["cache"] = "cursor"  # the exact modes run on the cursor cache (or none)
-        if mars_mode == "lookup":
+        if mars_mode == "fastest" and settings.get("temperature", 0) != 0:
+            raise ValueError("\"exact, fastest here\" decodes greedily: set temperature to 0, or pick \"lossless "
+                             "MARS\", which also samples")
+        if mars_mode == "lookup" or (mars_mode == "fastest" and fastest is None):
             if settings.get("temperature", 0) != 0:
                 raise ValueError("prompt lookup drafts greedily: set temperature to 0 for \"lossless MARS + prompt "
                                  "lookup\", or pick \"lossless MARS\", which also samples")
             mars_settings.update(prompt_lookup=2, prompt_lookup_tokens=LOOKUP_TOKENS)
+        if mars_mode == "fastest" and fastest is not None:
+            mars_settings.update({k: getattr(fastest, k) for k in FASTEST_FIELDS})
         if mars_mode == "tree":
             if settings.get("temperature", 0) != 0 or settings["block_size"] < 2:
                 raise ValueError("the draft tree drafts greedily from the masks: set temperature to 0 and block size "
                                  "B >= 2 for \"lossless MARS + draft tree\", or pick \"lossless MARS\"")
             mars_settings.update(draft_tree=TREE[: settings["block_size"] - 1])
-        mode = "lossless" if mars_mode in ("lookup", "tree") else mars_mode
+        mode = "lossless" if mars_mode in ("lookup", "tree", "fastest") else mars_mode
         mars_cfg = DecodeConfig(mode=mode, **mars_settings)
         self.mars_mode = mars_mode
         ar_cfg = DecodeConfig(mode="ar", **dict(settings, cache="sliding" if settings["cache"] == "block"
@@ -142,6 +154,9 @@ class Duel:
         self.mars = Side("mars", mars_model, prompt, mars_cfg, TauControl(mars_cfg.tau, mars_cfg.metric), draft)
         self.ar = Side("ar", ar_model, prompt, ar_cfg, TauControl(ar_cfg.tau, ar_cfg.metric))
         self.ar.note = note
+        self.mars.note = fallback_note if mars_mode == "fastest" and fastest is None else ""
+        self.prompt = prompt
+        self._tie = None  # (token, top-2 gap) where a reduced-precision exact run parted from AR
         self.max_seconds = max_seconds
         self.timed_out = False
 
@@ -179,8 +194,8 @@ class Duel:
     def agree(self) -> bool:
         return self.ar.track.text == self.mars.track.text
 
-    def guaranteed(self) -> bool:
-        """Does the MARS side's mode prove that its output is the AR side's, token for token?
+    def proves(self) -> bool:
+        """Does the MARS side's mode make its output the AR side's greedy decoding of the same model?
         Lossless (and spec at the strictest tau) is greedy AR of the same model: so only when the
         AR side runs the MARS model itself, greedily, and the MARS side's tau never loosened."""
         cfg = self.mars.cfg
@@ -189,11 +204,26 @@ class Duel:
         return (cfg.mode in ("lossless", "spec") and strict and cfg.temperature == 0
                 and self.ar.loaded is self.mars.loaded and not self.mars.control.stopped)
 
+    def guaranteed(self) -> bool:
+        """Token for token identical to AR, by construction: `proves`, in float32 (playground.exactness)."""
+        return self.proves() and exactness.strict(self.mars.loaded)
+
+    @property
+    def reduced(self) -> str:
+        """The reduced precision (e.g. "bfloat16") an otherwise proven agreement runs in, else ""."""
+        return exactness.precision(self.mars.loaded) if self.proves() and not self.guaranteed() else ""
+
     def why_not_guaranteed(self) -> str:
         """For an exact MARS mode whose guarantee does not cover this comparison: why, in words."""
         cfg = self.mars.cfg
         if cfg.mode not in ("lossless", "spec") or self.guaranteed():
             return ""
+        if self.reduced:
+            if self.agree():
+                return ""  # the agreement line itself says what reduced precision guarantees
+            if self._tie is None:  # one forward, once
+                self._tie = exactness.tie_gap(self.mars.loaded, self.prompt, self.ar.track.ids, self.mars.track.ids)
+            return exactness.differ_note(self.reduced, self._tie)
         if cfg.temperature != 0:
             return "Exact modes match AR only when both decode greedily (temperature 0)."
         if self.mars.control.stopped:
@@ -212,6 +242,11 @@ class Duel:
         out = {"ar": side(self.ar), "mars": side(self.mars), "timed_out": self.timed_out}
         out["agree"] = self.agree()
         out["guaranteed"] = self.guaranteed()
+        # what the exact modes promise here: "identical" (float32), "argmax" (each token the model's own argmax
+        # in the forward that verified it: reduced precision, playground.exactness), or None
+        out["guarantee"] = "identical" if out["guaranteed"] else "argmax" if self.reduced else None
+        out["precision"] = exactness.precision(self.mars.loaded)
+        out["why"] = self.why_not_guaranteed() or None
         out["first_difference"] = render.first_difference(self.ar.track.text, self.mars.track.text)
         ar_tps = out["ar"]["stats"]["tokens_per_second"]
         out["speedup"] = out["mars"]["stats"]["tokens_per_second"] / ar_tps if ar_tps else 0.0

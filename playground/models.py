@@ -161,6 +161,35 @@ class Loaded:
             return None
 
 
+def one_forward_at_a_time(model):
+    """A mask-gated model (`mars_core.gate`) sets its gate from each forward's input ids and every
+    gated layer of that forward reads it: two forwards of one gated model at once, in two threads
+    (two visitors' decodes, or a decode and the "fastest" measurement), would read each other's gate
+    and fail or, worse, compute wrong. The playground shares models between threads, so a gated
+    model's forwards take turns (a lock around `forward`); other models are left as they are."""
+    from mars_core.gate import gate_of
+
+    if gate_of(model) is None or getattr(model, "mars_one_at_a_time", False):
+        return model
+    lock, inner = threading.RLock(), model.forward
+
+    def forward(*args, **kwargs):
+        with lock:
+            return inner(*args, **kwargs)
+
+    model.forward, model.mars_one_at_a_time = forward, True
+    return model
+
+
+def serving_dtype(source: str) -> str | None:
+    """The real named models (`mars_core.packaged`) in bf16 where the CPU has native bf16 and float32
+    elsewhere (`load_model(dtype="auto")`): there a wide forward costs about what a narrow one does,
+    which is what MARS's extra tokens per forward are paid with. Other models keep the loader's
+    default (float32 on a CPU): the bundled tiny pair's figures were measured in float32, where the
+    exact modes' output is guaranteed identical to AR (playground.exactness)."""
+    return "auto" if packaged.is_named(source) else None
+
+
 class ModelStore:
     def __init__(self, capacity: int = 2, device: str | None = None, loader=None, prepack: bool = True):
         self.capacity = capacity
@@ -188,13 +217,14 @@ class ModelStore:
                 on_cpu = (self.device or default_device()) == "cpu"
                 model, tok = self.loader(source, device=self.device,
                                          quantization=None if quantization == "none" else quantization,
-                                         prepack=self.prepack and on_cpu and quantization == "none")
+                                         prepack=self.prepack and on_cpu and quantization == "none",
+                                         dtype=serving_dtype(source))
             except ValueError as e:
                 raise ValueError(scrub(str(e), [source])) from None
             except Exception as e:  # noqa: BLE001 - e.g. bitsandbytes missing
                 raise ValueError(scrub(f"could not load {display_name(source)}: {type(e).__name__}: {e}",
                                        [source])[:300]) from None
-            loaded = Loaded(model, tok, source, quantization, display_name(source))
+            loaded = Loaded(one_forward_at_a_time(model), tok, source, quantization, display_name(source))
             self._cache[key] = loaded
             if pin:
                 self._pinned.add(key)

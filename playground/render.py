@@ -8,6 +8,8 @@ from __future__ import annotations
 import colorsys
 import html
 
+from .exactness import agree_label as exactness_label
+
 HUES = (212, 28)  # alternating per step: blue, orange
 REPLACEMENT = "\ufffd"
 
@@ -230,15 +232,21 @@ def first_difference(a: str, b: str) -> int | None:
 
 
 def compare_html(ar_text: str, mars_text: str, ar_ids: list[int] | None = None,
-                 mars_ids: list[int] | None = None, guaranteed: bool = False, why_not: str = "") -> str:
+                 mars_ids: list[int] | None = None, guaranteed: bool = False, why_not: str = "",
+                 reduced: str = "") -> str:
     """Whether the two outputs agree and, if not, where they first differ. `guaranteed`: the MARS
     side's mode proves the agreement (lossless decoding of the same model, greedy). `why_not`: an
-    exact mode whose guarantee does not cover this comparison says why, agree or not."""
+    exact mode whose guarantee does not cover this comparison says why, agree or not. `reduced`: the
+    precision (e.g. "bfloat16") in which an exact mode promises only the model's argmax per verifying
+    forward (playground.exactness): its agreement line says so instead of "guaranteed"."""
     i = first_difference(ar_text, mars_text)
     note = f'<br><span class="muted">{html.escape(why_not)}</span>' if why_not else ""
     if i is None and guaranteed:
         return ('<div class="compare" data-agree="1" data-guaranteed="1">✓ identical to AR (guaranteed: every '
                 'MARS token is a verified draft or the model\'s own AR token).</div>')
+    if i is None and reduced:
+        return (f'<div class="compare" data-agree="1" data-guaranteed="{html.escape(reduced)}">'
+                f'{html.escape(exactness_label(reduced))}</div>')
     if i is None:
         return f'<div class="compare" data-agree="1">✓ AR and MARS outputs are identical.{note}</div>'
     tok = ""

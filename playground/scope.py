@@ -17,7 +17,10 @@ FAMILIES = (
 
 
 def training_data(loaded: Loaded) -> str | None:
-    """The `data` field of the folder's training record ("synthetic", a file name…), or None."""
+    """The `data` field of the folder's training record ("synthetic", a file name…), or None. A
+    model trained on the Train tab has no folder and says it itself."""
+    if getattr(loaded, "data", None):
+        return loaded.data
     if loaded.folder() is None:
         return None
     try:

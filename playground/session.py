@@ -18,6 +18,7 @@ class Session:
         self.mars_source: str | None = None  # None: the app's defaults
         self.ar_source: str | None = None
         self.quantization = "none"
+        self.started = False  # the app's default pair applied (Core.page_defaults): it then stays
         self.last_accepted: list[int] = []
         self.last_block = 4
         self.duel = None  # the running duel (playground.duel.Duel), None when nothing runs
@@ -25,6 +26,9 @@ class Session:
         self.stop_pressed = False  # Stop since the last Generate (a queued run that fails was cancelled)
         self.run_id = 0  # Generate clicks so far: tells the current run's duel from an earlier one
         self.last_duel = None  # the last generation that ran, stopped or not
+        self.train_job = None  # the Train tab's running run (playground.train_job.TrainJob)
+        self.train_result = None  # its last result (training.tiny_live.Result), until the session ends
+        self.train_cancel = False  # Stop while the run waited in the queue
 
     def stop(self) -> None:
         for ctl in (self.mars_control, self.ar_control):

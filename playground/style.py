@@ -50,6 +50,13 @@ footer, footer a, footer button, .built-with, .show-api, .settings, .run-history
 .legend .leg {margin: 0 4px; white-space: nowrap;}
 .legend .chip {display: inline-block; width: 11px; height: 11px; margin-right: 1px; border: 1px solid #777;}
 .muted {color: #555; font-size: 13px;}
+.mode-line {margin-top: -4px;}
+.train-progress {margin: 4px 0;}
+.train-progress .tp-track {background: #eee; height: 14px; border-radius: 7px; overflow: hidden;}
+.train-progress .tp-bar {display: block; height: 100%; background: hsl(212, 85%, 45%); transition: width 0.3s;}
+.train-progress .tp-text {font-size: 14px; color: #222; margin-top: 4px;}
+table.train-evals caption {text-align: left; font-size: 13px; color: #333;}
+table.train-evals td, table.train-evals th {white-space: nowrap; padding: 2px 8px;}
 .compare {font-size: 15px; padding: 4px;}
 .speed {font-size: 14px; padding: 6px 2px; color: #111;}
 .speed .sp-title {margin-bottom: 4px;}

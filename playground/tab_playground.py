@@ -12,7 +12,9 @@ from mars_core.prompts import encode_prompt
 from . import fields, render
 from .core import Core
 from .duel import AR_SIDES, MARS_MODES, Duel
+from .mars_side import MODE_CHOICES, default_mode, fastest_entry, is_real, measuring, mode_line
 from .errors import guard
+from .examples import REAL_EXAMPLES, tiny_examples as _examples  # noqa: F401 - _examples: its old name
 from .replay import replay_html
 from .runs import in_place, kind_of, queued_html, settle, status_html
 from .scope import scope_html
@@ -29,37 +31,6 @@ SCROLL_JS = """() => { const narrow = window.innerWidth < 800;
   if (el) el.scrollIntoView({block: narrow ? 'start' : 'nearest'}); }"""
 SHOW_STATUS_JS = "() => { document.getElementById('run-status')?.scrollIntoView({block: 'center'}); }"
 BUTTONS_IDLE = (gr.update(interactive=False), gr.update(interactive=True))  # (Stop, Generate) once a run is over
-
-
-def _examples() -> list[list[str]]:
-    from tasks.synthetic import make_examples
-
-    picked, seen = [], {}
-    for ex in make_examples(30, 0, "eval"):
-        if seen.get(ex["family"], 0) < 2:
-            seen[ex["family"]] = seen.get(ex["family"], 0) + 1
-            picked.append((ex["family"], ex["messages"][0]["content"]))
-    order = {"arithmetic": 0, "units": 1, "lists": 2}
-    return [[q] for _, q in sorted(picked, key=lambda x: order.get(x[0], 9))]
-
-
-# For the real pair: tasks the fine-tune never trained on (our prompt generator leaves out translation,
-# summaries of a given text and questions about a given text on purpose), written here.
-REAL_EXAMPLES = [
-    ["Translate into French: The library opens at nine and closes at six."],
-    ["Summarize in one sentence: The town council met on Monday to discuss the new bike lanes. Shop owners "
-     "worried about parking, while parents said safer streets would let their children ride to school."],
-    ["Read the text and answer the question. Text: Mia planted tomatoes in April and picked the first ones in "
-     "July. Question: How many months did the tomatoes take?"],
-    ["What is the capital of Japan?"],
-]
-
-
-def is_real(loaded) -> bool:
-    """Is this model one of the named real models (`mars_core.packaged`)?"""
-    from mars_core import packaged
-
-    return loaded is not None and packaged.is_named(loaded.source)
 
 
 def _first_rejection(side) -> int:
@@ -90,9 +61,15 @@ class PlaygroundTab:
             raise ValueError(f"The prompt is {used} tokens long, but the model reads only {context} tokens in all: "
                              f"with {settings['max_new_tokens']} new tokens and B = {settings['block_size']}, "
                              f"a prompt may have at most {max(room, 0)}. Shorten the prompt or lower max new tokens.")
-        mars_mode = {label: key for key, label in MARS_MODES.items()}.get(mars_mode, mars_mode)
+        labels = {**{label: key for key, label in MARS_MODES.items()}, **{label: key for label, key in MODE_CHOICES}}
+        mars_mode = labels.get(mars_mode, mars_mode)
         same = ar is not None and self.core.same_vocab(ar, mars)
-        return Duel(prompt, settings, ar_side, mars, ar, self.opts.max_seconds, mars_mode, same)
+        fastest, note = None, ""
+        if mars_mode == "fastest":
+            entry = fastest_entry(self.core, mars)
+            fastest = entry.config if entry.state == "ready" else None
+            note = self.core.fastest.fallback_note(entry)
+        return Duel(prompt, settings, ar_side, mars, ar, self.opts.max_seconds, mars_mode, same, fastest, note)
 
     def _steps(self, duel: Duel, session: Session, slow: float):
         session.duel, duel.run_id = duel, session.run_id
@@ -120,9 +97,9 @@ class PlaygroundTab:
         ar_html = render.panel_html("ar", "AR", ar_name, ar.track, ar_stats, ar.status,
                                     " · ".join(x for x in (ar.note, note) if x))
         kind = {"mars": "MARS", "lossless": "MARS lossless", "lookup": "MARS lossless + lookup",
-                "tree": "MARS lossless + tree", "spec": "MARS spec"}[duel.mars_mode]
+                "tree": "MARS lossless + tree", "spec": "MARS spec", "fastest": "MARS exact, fastest here"}[duel.mars_mode]
         mars_html = render.panel_html("mars", f"{kind} (B = {mars.track.block})", mars.loaded.name, mars.track,
-                                      mars_stats, mars.status, note)
+                                      mars_stats, mars.status, " · ".join(x for x in (mars.note, note) if x))
         steps = render.steps_chart_html(mars.track.accepted, mars.track.taus, mars.track.block,
                                         TAU_MAX[mars.cfg.metric])
         speed = render.speed_html(ar_stats, mars_stats)
@@ -132,7 +109,7 @@ class PlaygroundTab:
         same = self.core.same_vocab(ar.loaded, mars.loaded)
         cmp = render.compare_html(ar.track.text, mars.track.text, ar.track.ids if same else None,
                                   mars.track.ids if same else None, duel.guaranteed(),
-                                  duel.why_not_guaranteed())
+                                  duel.why_not_guaranteed(), duel.reduced)
         n, k = len(mars.steps), _first_rejection(mars)
         words = {"done": "finished", "limit": f"stopped at the token limit ({mars.cfg.max_new_tokens} tokens)",
                  "stopped": "stopped"}
@@ -164,12 +141,14 @@ class PlaygroundTab:
                      temperature: float = 0.0, seed: int = 0, max_new_tokens: int | None = None, cache: str = "sliding",
                      ar_side: str = AR_SIDES[0], mars_mode: str = "mars", request: gr.Request = None) -> dict:
         """Decode `prompt` with AR and MARS (the models this session chose with /load_models).
-        `mars_mode`: "mars", "lossless", "lookup" (lossless + prompt lookup, greedy), "tree" (lossless
-        with a draft tree of the masks' top candidates, greedy) or "spec" (the AR
+        `mars_mode`: "mars", "fastest" (exact, with the drafts `mars_core.fastest_exact` picked for this
+        model on this machine, greedy), "lossless", "lookup" (lossless + prompt lookup, greedy), "tree"
+        (lossless with a draft tree of the masks' top candidates, greedy) or "spec" (the AR
         checkpoint drafts). Returns per side:
         model name, text, token ids, accepted tokens per forward and stats; whether the outputs
-        agree (and whether the mode guarantees it), and the speed-up. `max_new_tokens`: the page's default (256) when not given."""
-        session = self.core.sessions.get(getattr(request, "session_hash", None))
+        agree (and whether the mode guarantees it: "guarantee" is "identical" in float32, "argmax" in
+        bf16, where each token is the model's argmax in its verifying forward), and the speed-up. `max_new_tokens`: the page's default (256) when not given."""
+        session = self.core.session_of(request)
         if max_new_tokens is None:  # the page's default
             max_new_tokens = min(self.opts.default_max_new_tokens, self.core.max_new_cap(session))
         duel = self._duel(prompt, tau, block_size, metric, temperature, seed, max_new_tokens, cache, ar_side,
@@ -277,6 +256,20 @@ class PlaygroundTab:
                                   mars.name, None, None, "idle"),
                 gr.update(visible=not is_real(mars)), gr.update(visible=is_real(mars)))
 
+    def mode_for_models(self, session: Session):
+        """The MARS side's mode for the session's models (its default on that pair) and the line on what
+        each mode gives there."""
+        mars, _ = self.core.models_for(session)
+        fastest_entry(self.core, mars)  # measured from now on if it is not yet
+        return gr.update(value=default_mode(mars)), mode_line(self.core, mars)
+
+    def mode_timer(self, session: Session):
+        return gr.Timer(active=measuring(self.core, self.core.models_for(session)[0]))
+
+    def mode_tick(self, session: Session):
+        mars, _ = self.core.models_for(session)
+        return mode_line(self.core, mars), gr.Timer(active=measuring(self.core, mars))
+
 
 def add_tab(ui: UI) -> PlaygroundTab:
     core, opts = ui.core, ui.opts
@@ -303,6 +296,12 @@ def add_tab(ui: UI) -> PlaygroundTab:
                 run_status = gr.HTML(status_html("info", "Press Generate (or Enter in the prompt) to run both sides."),
                                      elem_id="run-status", label="status")
             with gr.Column(scale=2, min_width=320):
+                # outside "More settings": the exact mode and tau mode are one click apart. First in the column:
+                # the column then stays as tall as the prompt's, so that after Generate a laptop shows the
+                # first tokens with the live tau slider still in view
+                mars_mode = fields.Radio(MODE_CHOICES, value=default_mode(core.mars), label="MARS side runs",
+                                         elem_id="mars-mode")
+                fastest_entry(core, core.mars)  # the default model's "fastest" configuration, measured now
                 tau = fields.Slider(0.0, 1.0, value=0.95, step=0.01, elem_id="tau",
                                     label="tau — live (probability: accept while confidence >= tau; 1 = AR)")
                 slow = fields.Slider(0, opts.max_slow_ms, value=opts.default_slow_ms, step=10, elem_id="slow",
@@ -319,8 +318,12 @@ def add_tab(ui: UI) -> PlaygroundTab:
                     seed = fields.Number(value=0, precision=0, label="seed")
                     ar_side = fields.Radio(list(AR_SIDES), value=AR_SIDES[0] if core.ar else AR_SIDES[1],
                                            label="AR side runs")
-                    mars_mode = fields.Dropdown(list(MARS_MODES.values()), value=MARS_MODES["mars"],
-                                                label="MARS side runs", elem_id="mars-mode")
+        # under the row, full width (one or two lines): beside the choice it would push the panels, and with
+        # them the live tau slider, out of a laptop's view after Generate. Refreshed when a page opens
+        # (ui.on_page_load: the measurement as it is then); the timer's first tick switches itself off
+        # where nothing is being measured.
+        mode_info = gr.HTML(mode_line(core, core.mars), elem_id="mode-line", label="what each mode gives")
+        mode_timer = gr.Timer(2.0)
         speed = gr.HTML(render.speed_html(None, None), elem_id="speed", label="speed")
         with gr.Row(equal_height=False):
             with gr.Column(min_width=300):
@@ -370,5 +373,12 @@ def add_tab(ui: UI) -> PlaygroundTab:
           [info], queue=False, show_progress="hidden", api_visibility="private", trigger_mode="always_last")
     ui.on_models_changed([scope, max_new, block, prompt, ar_html, mars_html, tiny_examples, real_examples],
                          tab.on_models_changed)
+    ui.on_models_changed([mars_mode, mode_info], tab.mode_for_models)
+    ui.on_page_load([mode_info], lambda session: mode_line(core, core.models_for(session)[0]))
+    # the line refreshes while the session's model is measured: a new line (other models) re-arms the timer
+    mode_info.change(tab.mode_timer, [ui.session], [mode_timer], queue=False, show_progress="hidden",
+                     api_visibility="private")
+    mode_timer.tick(tab.mode_tick, [ui.session], [mode_info, mode_timer], queue=False, show_progress="hidden",
+                    api_visibility="private")
     ui.tabs["playground"] = tab
     return tab

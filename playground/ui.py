@@ -25,6 +25,8 @@ class UI:
         self.tabs: dict[str, object] = {}
         self.gpu = lambda fn: fn  # app.py sets spaces.GPU on a Space: wraps every decoding handler
         self._model_hooks: list[tuple[list, Callable[[Session], tuple]]] = []
+        self.tabs_box: gr.Tabs | None = None  # the page's tabs (a handler may open another tab)
+        self._load_hooks: list[tuple[list, Callable[[Session], object]]] = []
 
     @property
     def decode_limit(self) -> dict:
@@ -83,6 +85,21 @@ class UI:
     def on_models_changed(self, outputs: list, fn: Callable[[Session], tuple]) -> None:
         """After a session loads other models, `fn(session)` gives new values for `outputs`."""
         self._model_hooks.append((list(outputs), fn))
+
+    def on_page_load(self, outputs: list, fn: Callable[[Session], object]) -> None:
+        """When a page opens, `fn(session)` gives fresh values for `outputs` (where the page-load event
+        of the real pair does not already refresh them through `on_models_changed`)."""
+        self._load_hooks.append((list(outputs), fn))
+
+    def page_load_outputs(self) -> list:
+        return [c for outs, _ in self._load_hooks for c in outs]
+
+    def page_load_values(self, session: Session) -> list:
+        values = []
+        for outs, fn in self._load_hooks:
+            got = fn(session)
+            values.extend(got if isinstance(got, (tuple, list)) else [got])
+        return values
 
     def model_hook_outputs(self) -> list:
         return [c for outs, _ in self._model_hooks for c in outs]

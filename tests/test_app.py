@@ -20,7 +20,8 @@ from playground.replay import decisions
 from playground.runs import status_html
 from playground.session import Session
 
-PUBLIC = {"generate", "generate_stream", "frontier", "batch", "under_load", "mask", "window", "load_models"}
+PUBLIC = {"generate", "generate_stream", "frontier", "batch", "under_load", "mask", "window", "load_models", "train",
+          "train_stream"}
 
 
 def test_build_named_public_endpoints_and_queue_limits(demo):

@@ -99,8 +99,9 @@ def test_window_plot_of_last_generation(pg):
 
 def test_model_picker_per_session(pg, pair):
     session = Session()
-    status, scope, max_new, block, prompt, _, _, tiny_ex, real_ex, fig, note = guard(pg.models.load)(
+    status, scope, max_new, block, prompt, _, _, tiny_ex, real_ex, mode, line, fig, note = guard(pg.models.load)(
         "custom", "fixture-ar", "", "none", session)
+    assert mode["value"] == "mars" and "On fixture-ar:" in line  # the MARS side's mode and line follow the pair
     assert "fixture-ar" in status and "(none" in status and pair[1] not in status
     assert tiny_ex["visible"] and not real_ex["visible"]  # not a named real model: the task examples
     assert "fixture-ar" in scope and max_new["maximum"] == 256 and "no precomputed sweep" in note
