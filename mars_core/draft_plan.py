@@ -50,9 +50,9 @@ class Plan:
     copied: bool = False
 
 
-def chain_plan(c: Candidates, n_masks: int, layout: str) -> Plan:
+def chain_plan(cands: Candidates, n_masks: int, layout: str) -> Plan:
     """The masks' top-1 chain and the groups of `layout` ("all", "last", "ends")."""
-    drafts = tuple(ids[0] for ids in c.ids)
+    drafts = tuple(ids[0] for ids in cands.ids)
     return Plan(chain(len(drafts), n_masks, chain_groups(len(drafts), layout)), drafts)
 
 
@@ -65,28 +65,28 @@ def chain_groups(k: int, layout: str) -> tuple[int, ...]:
     return (k,)
 
 
-def tree_plan(c: Candidates, tree: DraftTree) -> Plan:
+def tree_plan(cands: Candidates, tree: DraftTree) -> Plan:
     """The tree's nodes filled from the candidates (no candidates: no drafts), a group after each."""
-    if not c:
+    if not cands:
         return Plan(chain(0, tree.n_masks, (0,)), ())
-    tokens = tuple(c.ids[len(node) - 1][node[-1]] for node in tree.nodes)
+    tokens = tuple(cands.ids[len(node) - 1][node[-1]] for node in tree.nodes)
     return Plan(DraftShape(tree.shape.parents, tree.n_masks, tuple(range(tree.size + 1))), tokens)
 
 
-def budget_plan(c: Candidates, n_masks: int, nodes: int, groups: int, copied: list[int] = ()) -> Plan:
+def budget_plan(cands: Candidates, n_masks: int, nodes: int, groups: int, copied: list[int] = ()) -> Plan:
     """The `nodes` most likely paths and `groups` groups after the likeliest ends (see the module)."""
     likely: dict[tuple[int, ...], float] = {}
     # best first: the candidates of each distance are sorted, so a path's likelier relatives are its
     # parent and its elder sibling; popping `nodes` times gives the `nodes` likeliest paths
-    heap = [(-c.probs[0][0], (0,))] if c else []
+    heap = [(-cands.probs[0][0], (0,))] if cands else []
     while heap and len(likely) < nodes:
         p, ranks = heapq.heappop(heap)
-        likely[tuple(c.ids[d][r] for d, r in enumerate(ranks))] = -p
+        likely[tuple(cands.ids[d][r] for d, r in enumerate(ranks))] = -p
         d, r = len(ranks) - 1, ranks[-1]
-        if d + 1 < len(c.ids):  # the first child
-            heapq.heappush(heap, (p * c.probs[d + 1][0], ranks + (0,)))
-        if r + 1 < len(c.ids[d]):  # the next sibling
-            heapq.heappush(heap, (p / max(c.probs[d][r], 1e-30) * c.probs[d][r + 1], ranks[:-1] + (r + 1,)))
+        if d + 1 < len(cands.ids):  # the first child
+            heapq.heappush(heap, (p * cands.probs[d + 1][0], ranks + (0,)))
+        if r + 1 < len(cands.ids[d]):  # the next sibling
+            heapq.heappush(heap, (p / max(cands.probs[d][r], 1e-30) * cands.probs[d][r + 1], ranks[:-1] + (r + 1,)))
     for d in range(1, len(copied) + 1):  # a copied path: the prior, or the masks' estimate if higher
         path = tuple(copied[:d])
         likely[path] = max(likely.get(path, 0.0), LOOKUP_PRIOR ** d)
@@ -176,13 +176,13 @@ class Planner:
         """The first forward's drafts: none; one group after the prompt's last token."""
         return Plan(chain(0, self.M, (0,)), ())
 
-    def plan(self, c: Candidates, text: list[int], was_copied: bool) -> Plan:
+    def plan(self, cands: Candidates, text: list[int], was_copied: bool) -> Plan:
         """A row's next drafts from its candidates, its text and whether its last drafts were copied."""
         if self.policy is not None and was_copied and not self.policy.masks_after_copy:
-            c = Candidates()  # the masks after a copied chain are dropped
+            cands = Candidates()  # the masks after a copied chain are dropped
         if self.budget is not None:
             copied = self.policy.propose(text, [])[0] if self.policy is not None else []
-            return budget_plan(c, self.M, *self.budget, copied)
+            return budget_plan(cands, self.M, *self.budget, copied)
         if self.policy is not None:
             drafts, copied = self.policy.propose(text, [])
             if copied:
@@ -192,5 +192,5 @@ class Planner:
                     groups = chain_groups(len(drafts), self.layout) if self.policy.masks_after_copy else ()
                 return Plan(chain(len(drafts), self.M, groups), tuple(drafts), copied=True)
         if self.tree is not None:
-            return tree_plan(c, self.tree)
-        return chain_plan(c, self.M, self.layout)
+            return tree_plan(cands, self.tree)
+        return chain_plan(cands, self.M, self.layout)

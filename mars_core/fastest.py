@@ -239,11 +239,11 @@ def fastest_exact(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
     B = block_size or trained_block_size(model) or 4
     curve = forward_costs(model, batch_size)
     samples = sample(model, tokenizer, list(prompts or SAMPLE_PROMPTS), B, max_new_tokens)
-    scored = [(modelled_speedup(samples, c, curve), c) for c in candidates(B, lookup_tokens)]
+    scored = [(modelled_speedup(samples, config, curve), config) for config in candidates(B, lookup_tokens)]
     (best, tpf), cfg = max(scored, key=lambda x: x[0][0])
     if report is not None:
-        report.update(costs=curve, candidates=[dict(config=_name(c), speedup=round(s, 3), tokens_per_forward=round(t, 3))
-                                               for (s, t), c in scored])
+        report.update(costs=curve, candidates=[dict(config=_name(config), speedup=round(s, 3), tokens_per_forward=round(t, 3))
+                                               for (s, t), config in scored])
     return DecodeConfig(**{**cfg.__dict__, "compile": compile, "max_new_tokens": max_new_tokens})
 
 
