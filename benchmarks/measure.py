@@ -221,6 +221,7 @@ def benchmark(args) -> dict:
         results += [_row(m, tau, bs, measured[(m.name, tau)], models[m.model][1], items) for m, tau in runs]
     compare(results)
     notes = [n for n in dict.fromkeys(m.note(args) for m in methods if m.note) if n]
+    notes += [n for m in methods for n in m.state.get("notes", [])]  # what a method decided while it ran
     notes.append("Methods may stop at EOS at different points: speed is compared as tokens/s, and speed-up is "
                  "tokens/s over the fastest AR-with-KV-cache row (" + ", ".join(ar_baselines()) +
                  ") at the same batch size.")
