@@ -249,16 +249,14 @@ def delta_tensors(stored: dict[str, torch.Tensor], file_name: str = "delta.safet
     return out
 
 
-def ensure_gated(name: str, base: Path, gate_folder: Path, root: Path | None = None) -> Path:
-    """The base's folder with the fine-tune's `gate.safetensors` (and card) beside its weights, which
-    are linked, not copied: a gated fine-tune never changes them (`mars_core.gate`); `load_model`
-    attaches the gate it finds in a folder. Remade whenever the gate file changes."""
-    gate = Path(gate_folder) / GATE_FILE
-    out = (root or cache_root()) / "models" / name
-    stamp = sha256_of(gate)
+def _made(out: Path, key: str, stamp: str, described: Path, base: Path, fill) -> Path:
+    """`out`, a cached folder made from `base` and the files of `described`: kept while its
+    source.json names `stamp` (only the card and other described files are copied again), else
+    made afresh by `fill(tmp)` in a temporary folder beside it and swapped in whole, so a reader
+    never sees half a folder."""
     try:
-        if json.loads((out / "source.json").read_text()).get("gate_sha256") == stamp:
-            _copy_described(Path(gate_folder), out)
+        if json.loads((out / "source.json").read_text()).get(key) == stamp:
+            _copy_described(described, out)
             return out
     except (OSError, ValueError):
         pass
@@ -266,6 +264,24 @@ def ensure_gated(name: str, base: Path, gate_folder: Path, root: Path | None = N
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     os.chmod(tmp, 0o755)
     try:
+        fill(tmp)
+        _copy_described(described, tmp)
+        (tmp / "source.json").write_text(json.dumps({"base": base.name, key: stamp, "format": FORMAT}))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def ensure_gated(name: str, base: Path, gate_folder: Path, root: Path | None = None) -> Path:
+    """The base's folder with the fine-tune's `gate.safetensors` (and card) beside its weights, which
+    are linked, not copied: a gated fine-tune never changes them (`mars_core.gate`); `load_model`
+    attaches the gate it finds in a folder. Remade whenever the gate file changes."""
+    gate = Path(gate_folder) / GATE_FILE
+
+    def fill(tmp: Path) -> None:
         for f in base.iterdir():
             if f.name == "model.safetensors":
                 try:
@@ -274,15 +290,10 @@ def ensure_gated(name: str, base: Path, gate_folder: Path, root: Path | None = N
                     shutil.copy(f, tmp / f.name)
             elif f.name != "source.json":
                 shutil.copy(f, tmp / f.name)
-        _copy_described(Path(gate_folder), tmp)
         shutil.copy(gate, tmp / GATE_FILE)
-        (tmp / "source.json").write_text(json.dumps({"base": base.name, "gate_sha256": stamp, "format": FORMAT}))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    out = (root or cache_root()) / "models" / name
+    return _made(out, "gate_sha256", sha256_of(gate), Path(gate_folder), base, fill)
 
 
 def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None = None) -> Path:
@@ -296,35 +307,21 @@ def ensure_derived(name: str, base: Path, delta_folder: Path, root: Path | None 
     if not delta_file.is_file():
         raise ValueError(f"{name} is not in this checkout (no {delta_file.name} in assets/models/{Path(delta_folder).name})")
     files = [f for f in (Path(delta_folder) / n for n in DELTA_FILES) if f.is_file()]
-    out = (root or cache_root()) / "models" / name
     stamp = sha256_of(delta_file)
     for f in files[1:]:  # a folder with the delta alone keeps the stamp it always had: no rebuild
         stamp = hashlib.sha256((stamp + sha256_of(f)).encode()).hexdigest()
-    try:
-        if json.loads((out / "source.json").read_text()).get("delta_sha256") == stamp:
-            _copy_described(Path(delta_folder), out)
-            return out
-    except (OSError, ValueError):
-        pass
-    weights = load_file(base / "model.safetensors")
-    for f in files:
-        for key, d in delta_tensors(load_file(f), f.name).items():
-            if key not in weights or weights[key].shape != d.shape:
-                raise ValueError(f"{f.name} has a tensor {key!r} that the base {base.name} does not have in that shape")
-            weights[key] = weights[key] + d
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    os.chmod(tmp, 0o755)
-    try:
+
+    def fill(tmp: Path) -> None:
+        weights = load_file(base / "model.safetensors")
+        for f in files:
+            for key, d in delta_tensors(load_file(f), f.name).items():
+                if key not in weights or weights[key].shape != d.shape:
+                    raise ValueError(f"{f.name} has a tensor {key!r} that the base {base.name} does not have in that shape")
+                weights[key] = weights[key] + d
         for f in base.iterdir():
             if f.name not in ("model.safetensors", "source.json"):
                 shutil.copy(f, tmp / f.name)
-        _copy_described(Path(delta_folder), tmp)
         save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
-        (tmp / "source.json").write_text(json.dumps({"base": base.name, "delta_sha256": stamp, "format": FORMAT}))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    out = (root or cache_root()) / "models" / name
+    return _made(out, "delta_sha256", stamp, Path(delta_folder), base, fill)
