@@ -16,7 +16,9 @@ Settings come from the call, else from the generation config's `mars` entry (an 
 writes its defaults there), else from `DecodeConfig`. The decoding runs on the decoders a Hub
 folder carries (`decoders.CORE`): the cursor cache (`kv_cache="cursor"`, the default) and the
 no-cache reference (`kv_cache="none"`); every mode but "spec" (it needs a draft model).
-`mode="lossless"` returns greedy `generate`'s tokens exactly, several per forward. A mask-gated
+`mode="lossless"` returns greedy `generate`'s tokens exactly, several per forward, with any
+draft shape (`draft_groups`, `draft_tree`, `draft_budget`, `prompt_lookup`):
+`generate_kwargs(fastest_exact(model, tok))` gives the fastest exact one on this machine as keywords. A mask-gated
 checkpoint (its generation config's `mars` says `gated`) gets its `gate.safetensors` attached
 here on first use (`gate.ensure_gate`): a stock load reads the base's weights only. What
 `generate` returns: the sequences (prompt, new tokens with the EOS that ended a row, padding
@@ -51,7 +53,9 @@ logger = logging.get_logger(__name__)
 
 # generate(...) keyword -> DecodeConfig field (`cache` is taken: generate's own KV cache argument)
 SETTINGS = {"mode": "mode", "tau": "tau", "block_size": "block_size", "metric": "metric",
-            "kv_cache": "cache", "cache_block_size": "cache_block_size", "max_accept": "max_accept"}
+            "kv_cache": "cache", "cache_block_size": "cache_block_size", "max_accept": "max_accept",
+            "draft_groups": "draft_groups", "draft_tree": "draft_tree", "draft_budget": "draft_budget",
+            "prompt_lookup": "prompt_lookup", "prompt_lookup_tokens": "prompt_lookup_tokens"}
 UNSUPPORTED = {"num_beams": 1, "output_scores": False, "output_logits": False, "output_attentions": False,
                "output_hidden_states": False}
 
@@ -81,7 +85,10 @@ def mars_decoding(model: PreTrainedModel, input_ids: torch.LongTensor,
                   streamer: BaseStreamer | None = None, *, mode: str | None = None,
                   tau: float | None = None, block_size: int | None = None, metric: str | None = None,
                   kv_cache: str | None = None, cache_block_size: int | None = None,
-                  max_accept: int | None = None, seed: int | None = None, mask_token_id: int | None = None,
+                  max_accept: int | None = None, draft_groups: str | None = None,
+                  draft_tree: tuple[int, ...] | None = None, draft_budget: tuple[int, int] | None = None,
+                  prompt_lookup: int | None = None, prompt_lookup_tokens: int | None = None,
+                  seed: int | None = None, mask_token_id: int | None = None,
                   tau_control: TauControl | None = None, **model_kwargs: Any) -> torch.LongTensor | MarsGenerateOutput:
     """The MARS decoding loop. input_ids (B, L), left-padded per `attention_mask` (B, L).
 
@@ -93,7 +100,9 @@ def mars_decoding(model: PreTrainedModel, input_ids: torch.LongTensor,
     gc = generation_config if generation_config is not None else model.generation_config
     _check_request(model, gc, synced_gpus, logits_processor, stopping_criteria)
     given = dict(mode=mode, tau=tau, block_size=block_size, metric=metric, kv_cache=kv_cache,
-                 cache_block_size=cache_block_size, max_accept=max_accept, mask_token_id=mask_token_id)
+                 cache_block_size=cache_block_size, max_accept=max_accept, draft_groups=draft_groups,
+                 draft_tree=draft_tree, draft_budget=draft_budget, prompt_lookup=prompt_lookup,
+                 prompt_lookup_tokens=prompt_lookup_tokens, mask_token_id=mask_token_id)
     config, mask_id = _decode_config(model, gc, input_ids, given, seed, tau_control)
     if _defaults(model, gc).get("gated") and not ensure_gate(model):
         raise ValueError(f"this MARS checkpoint is mask-gated: its masks need {GATE_FILE} beside the weights "
@@ -119,6 +128,15 @@ def mars_decoding(model: PreTrainedModel, input_ids: torch.LongTensor,
         return sequences
     counts = torch.tensor(rows.stats.accepted_per_step, dtype=torch.long).reshape(-1, len(new))
     return MarsGenerateOutput(sequences=sequences, accept_counts=counts)
+
+
+def generate_kwargs(config: DecodeConfig) -> dict:
+    """The keyword arguments that make `model.generate(..., custom_generate=...)` decode as `config`
+    does (for instance `mars_core.fastest_exact`'s configuration): every setting above that differs
+    from DecodeConfig's default; sampling and the token budget stay `generate`'s own arguments."""
+    base = DecodeConfig()
+    return {key: getattr(config, name) for key, name in SETTINGS.items()
+            if getattr(config, name) != getattr(base, name)}
 
 
 def generate(*args: Any, model: PreTrainedModel, **kwargs: Any) -> torch.LongTensor | MarsGenerateOutput:
@@ -170,7 +188,7 @@ def _decode_config(model: PreTrainedModel, gc: GenerationConfig, input_ids: torc
     if input_ids.ndim != 2 or input_ids.shape[1] == 0:
         raise ValueError("MARS decoding needs input_ids of shape (batch, length) with length >= 1 "
                          "(inputs_embeds are not supported)")
-    fields_ = {SETTINGS[k]: v for k, v in pick.items() if v is not None}
+    fields_ = {SETTINGS[k]: tuple(v) if isinstance(v, list) else v for k, v in pick.items() if v is not None}
     temperature = float(gc.temperature) if gc.do_sample else 0.0
     if gc.do_sample and seed is None:  # follow torch.manual_seed, as sampling in generate does
         seed = int(torch.randint(0, 2**31 - 1, ()).item())

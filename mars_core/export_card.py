@@ -118,7 +118,10 @@ def method_card() -> str:
         "`generation_config.json` and carries this folder itself). Arguments: `mode` (`mars`, `ar`, or "
         "`lossless`: exactly greedy `generate`'s tokens, several per forward), `tau`, `block_size`, `metric` (`probability`, "
         "`entropy`, `margin`), `kv_cache` (`cursor`, the default, or `none`), "
-        "`max_accept`, `seed`, `tau_control`; plus `max_new_tokens`, `do_sample`, `temperature`, "
+        "`max_accept`, `seed`, `tau_control`; with `lossless`, greedy, the draft shape: `draft_groups`, "
+        "`draft_tree`, `draft_budget`, `prompt_lookup`, `prompt_lookup_tokens` (the MARS Playground's "
+        "`generate_kwargs(fastest_exact(model, tok))` gives the fastest exact shape on the machine it runs on, "
+        "measured there); plus `max_new_tokens`, `do_sample`, `temperature`, "
         "`streamer` (one `put` per forward, batch of one) and `return_dict_in_generate` (adds "
         "`accept_counts`, forwards x batch). Batches need left padding and `attn_implementation='sdpa'`.",
         "",

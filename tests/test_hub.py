@@ -100,6 +100,26 @@ def test_lossless_equals_plain_generate(hf_model, ref, kv_cache):
                           mask_token_id=tok.mask_token_id, mode="lossless", kv_cache="sliding")
 
 
+@pytest.mark.parametrize("shape", [dict(draft_budget=(6, 2), prompt_lookup=2, prompt_lookup_tokens=5),
+                                   dict(draft_tree=(2, 2, 1)), dict(draft_groups="all")])
+def test_draft_shapes_pass_through_and_equal_mars_core(hf_model, ref, shape):
+    """A draft shape given to generate (as fastest_exact's configuration is, through generate_kwargs)
+    decodes as mars_core does with it, forward for forward, and still gives plain greedy's tokens."""
+    from mars_core.custom_generate import generate_kwargs
+
+    model, tok = ref
+    x, mask = batch(tok, PROMPTS)
+    cfg = DecodeConfig(mode="lossless", cache="cursor", max_new_tokens=NEW, **shape)
+    tail, counts = expected(model, tok, PROMPTS, cfg)
+    kwargs = generate_kwargs(cfg)
+    assert {k: kwargs[k] for k in shape} == shape and "max_new_tokens" not in kwargs
+    out = hf_model.generate(input_ids=x, attention_mask=mask, max_new_tokens=NEW, custom_generate=mars_decoding,
+                            mask_token_id=tok.mask_token_id, return_dict_in_generate=True, **kwargs)
+    plain = hf_model.generate(input_ids=x, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
+    assert torch.equal(out.sequences[:, x.shape[1]:], tail) and torch.equal(plain, out.sequences)
+    assert torch.equal(out.accept_counts.reshape(-1), counts.reshape(-1))
+
+
 def assert_lossless_through_folder(model, tok, folder):
     """mode="lossless" through a custom_generate folder (local, trust_remote_code, offline) equals
     plain greedy generate token for token, on the cursor cache by default and without a cache;
