@@ -6,6 +6,9 @@ import html
 import json
 import os
 
+from mars_core.gate import gate_of
+from mars_core.packaged import DERIVED
+
 from .models import Loaded
 
 REAL_DATA = "smollm2-self-distilled"  # the real fine-tune's training record (assets/models/smollm2-135m-mars)
@@ -38,7 +41,10 @@ def parameters(loaded: Loaded) -> str:
 def scope_html(mars: Loaded, ar: Loaded | None) -> str:
     """The "About this model" box above the prompt."""
     name = html.escape(mars.name)
-    ar_line = (f" The AR side runs <code>{html.escape(ar.name)}</code>, the same architecture trained with plain "
+    # a gated fine-tune beside the base it was trained on: the AR side is that very model
+    same = ar is not None and gate_of(mars.model) is not None and DERIVED.get(mars.source, (None,))[0] == ar.source
+    ar_line = (f" The AR side runs <code>{html.escape(ar.name)}</code>, the base itself, one token per forward." if same else
+               f" The AR side runs <code>{html.escape(ar.name)}</code>, the same architecture trained with plain "
                "next-token fine-tuning." if ar is not None else
                " There is no separate AR model: the AR side runs this model one token per forward.")
     if training_data(mars) == "synthetic":
@@ -52,12 +58,22 @@ def scope_html(mars: Loaded, ar: Loaded | None) -> str:
                 f'<ul>{fams}</ul>The model is tiny and has never seen other text. Free text is still allowed, to '
                 f'watch how MARS behaves when the model is unsure.{ar_line}</details></div>')
     if training_data(mars) == REAL_DATA:
+        small = ('A model this small writes fluent short answers, rewrites and simple facts; it often gets '
+                 'arithmetic, less common facts and anything that needs several steps of reasoning wrong, in AR as '
+                 'in MARS. ')
+        if gate_of(mars.model) is not None:
+            return ('<div class="scope" id="scope-text"><b>About this model.</b> '
+                    f'<code>{name}</code> is SmolLM2-135M-Instruct ({parameters(mars)} parameters, Apache-2.0) with '
+                    'MARS adapters trained on a 2-core CPU that act <b>only on the mask tokens</b>: every real token '
+                    'is computed by the unchanged base, so its AR output is SmolLM2\'s own and the exact modes give '
+                    f'exactly the base\'s answer, several tokens per forward where the masks guess right. {small}'
+                    'Its masks are cautious (trained to match the base\'s own uncertainty), so MARS at tau rarely '
+                    'accepts a guess: the exact modes are where it pays; the model card gives the measured figures. '
+                    f'{ar_line}</div>')
         return ('<div class="scope" id="scope-text"><b>About this model.</b> '
                 f'<code>{name}</code> is SmolLM2-135M-Instruct ({parameters(mars)} parameters, Apache-2.0) '
-                'fine-tuned with MARS on a 2-core CPU, on its own answers to our prompts. A model this small writes '
-                'fluent short answers, rewrites and simple facts; it often gets arithmetic, less common facts and '
-                'anything that needs several steps of reasoning wrong, in AR as in MARS. Its fine-tune is short, '
-                'so most forwards still emit one token: the model card gives the measured tokens per forward. '
+                f'fine-tuned with MARS on a 2-core CPU, on its own answers to our prompts. {small}Its fine-tune is '
+                'short, so most forwards still emit one token: the model card gives the measured tokens per forward. '
                 f'{ar_line}</div>')
     return ('<div class="scope" id="scope-text"><b>About this model.</b> '
             f'<code>{name}</code> has {parameters(mars)} parameters. Its folder does not record its training '

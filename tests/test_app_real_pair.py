@@ -125,3 +125,32 @@ def test_a_named_model_is_described_by_its_assets_folder(tmp_path, monkeypatch):
     assert loaded.eval_json() == sweep and training_data(loaded) == REAL_DATA
     from training.evaluate import summary_table
     assert "| - |" in summary_table(sweep)  # no tokens/s measured: a dash, not a crash
+
+
+def test_the_scope_says_a_gated_model_is_the_base_on_real_tokens(tmp_path, monkeypatch):
+    """The real fine-tune's box: a mask-gated one (its AR is the base: the AR side is that base) is
+    described as such, the full fine-tune as before."""
+    import json
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mars_core import packaged
+    from mars_core.gate import attach_gate
+    from playground.models import Loaded
+    from playground.scope import REAL_DATA, scope_html
+
+    (tmp_path / "training_config.json").write_text(json.dumps({"args": {"data": REAL_DATA}}))
+    monkeypatch.setitem(packaged.DERIVED, "x-mars", ("x-base", tmp_path))
+    monkeypatch.chdir(tmp_path.parent)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2)
+    full = LlamaForCausalLM(config)
+    gated = LlamaForCausalLM(config)
+    attach_gate(gated, mask_id=3, rank=2)
+    base = Loaded(LlamaForCausalLM(config), None, "x-base", "none", "x-base")
+    text = scope_html(Loaded(gated, None, "x-mars", "none", "x-mars"), base)
+    assert "only on the mask tokens" in text and "the base itself" in text
+    text = scope_html(Loaded(full, None, "x-mars", "none", "x-mars"), base)
+    assert "only on the mask tokens" not in text and "the base itself" not in text and "fine-tuned with MARS" in text
