@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in EVALS:
         p.add_argument(f"--{name}", default=None, help="a benchmarks.real_eval output folder "
                        "(default: the summary the card in OUT was written from)")
+    p.add_argument("--step", type=int, default=None, help="with --run: the shipped snapshot's step (the log and "
+                   "the curve are read up to it; default: the run's last step)")
     p.add_argument("--intro", required=True, help="a markdown file: the card's prose (what, how, limits)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
@@ -268,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         targs = _read(os.path.join(args.run, "args.json")) or {}
         log = _read(os.path.join(args.run, "log.jsonl")) or []
         curve = _read(os.path.join(args.run, "curve", "curve.json"))
+        if args.step is not None:  # the run went on after the snapshot this card describes
+            log = [r for r in log if r["step"] <= args.step]
+            curve = [c for c in curve or [] if int(c["snapshot"].split()[-1]) <= args.step]
         training = ["## Training (measured)", "", *training_lines(args.run, targs, log), "",
                     "### Training curve", "",
                     curve_caption(targs), "", curve_table(curve), ""]

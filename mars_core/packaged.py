@@ -162,7 +162,8 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 
 # A fine-tune the repository carries as a delta on a packaged base: name -> (base name, folder
 # holding delta.safetensors and the files that describe it).
-DERIVED = {"smollm2-135m-mars": ("smollm2-135m-instruct", ASSETS / "smollm2-135m-mars")}
+DERIVED = {"smollm2-135m-mars": ("smollm2-135m-instruct", ASSETS / "smollm2-135m-mars"),  # mask-gated: the base's AR
+           "smollm2-135m-mars-full": ("smollm2-135m-instruct", ASSETS / "smollm2-135m-mars-full")}  # the paper's objective
 
 
 def names() -> tuple[str, ...]:
