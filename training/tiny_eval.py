@@ -8,12 +8,14 @@ problems.
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 
 from mars_core import DecodeConfig
 
+BUNDLED_AR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "models", "tiny-ar-sft")
 LIVE_SEED = 54  # the run's own checkpoints
 KEPT_SEED = 7  # the recipe's bar: kept problems, never shown on the page
 MAX_NEW = 224  # every held-out answer ends well before (the longest about 200 tokens with its prompt)
@@ -55,7 +57,6 @@ def build_model(result, init: str | None = None, prepack: bool = False):
     from mars_core import load_model
     from mars_core.cpu import prepack as cpu_prepack
     from mars_core.gate import attach_gate, load_gate_state
-    from training.tiny_live import BUNDLED_AR
 
     model, tok = load_model(init or BUNDLED_AR, dtype=torch.float32, device="cpu")
     if result.recipe.objective == "paper":
@@ -74,7 +75,6 @@ def held_out_check(result, n: int = 100, seed: int = KEPT_SEED) -> dict:
     accuracy on the same problems: what the Train tab's default recipe was chosen by."""
     from mars_core import load_model
     from training.evaluate import run_one
-    from training.tiny_live import BUNDLED_AR
 
     model, tok = build_model(result)
     got = Evaluator(n, seed).run(model, tok, result.recipe.block_size, result.steps)

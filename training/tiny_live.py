@@ -35,10 +35,8 @@ from typing import Callable
 import torch
 
 from training.loop import Run
-from training.tiny_eval import Evaluator
+from training.tiny_eval import BUNDLED_AR, Evaluator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUNDLED_AR = os.path.join(ROOT, "assets", "models", "tiny-ar-sft")
 OBJECTIVES = ("paper", "gated")
 # The learning rate each objective measured best at in a few minutes (docs/playground.md, "Train"): the
 # adapters start at zero and learn fast; the whole model at 5e-3 would forget its AR path at once.
