@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
