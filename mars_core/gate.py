@@ -52,8 +52,13 @@ def gated(base_out: torch.Tensor, delta, on: torch.Tensor | bool) -> torch.Tenso
 class MaskGate:
     """What one model's wrapped layers share: the mask id and the current forward's gate."""
 
-    def __init__(self, mask_id: int):
+    def __init__(self, mask_id: int, delta_dtype: torch.dtype | None = None):
         self.mask_id = int(mask_id)
+        # the adapters' arithmetic: None is the input's dtype (training: bf16 for its large batches);
+        # `install_gate` picks float32 for a half-precision model on a CPU, where a bf16 matmul of a
+        # few rows by rank 16 costs ~20 us a call against ~2-5 us in fp32 (oneDNN's per-call set-up;
+        # docs/exact-step.md): with 420 of them a forward, the gate was a third of a decode step
+        self.delta_dtype = delta_dtype
         self.on: torch.Tensor | None = None  # (B, T) bool, set from the ids of each forward
         self.known: bool | None = None  # set by `every`: the input is all masks (True) or none (False)
 
@@ -101,7 +106,8 @@ class GatedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         def delta() -> torch.Tensor:  # (..., out)
-            return (x @ self.lora_a.T.to(x.dtype)) @ self.lora_b.T.to(x.dtype)
+            dt = self.gate.delta_dtype or x.dtype
+            return ((x.to(dt) @ self.lora_a.T.to(dt)) @ self.lora_b.T.to(dt)).to(x.dtype)
         return gated(self.base(x), delta, self.gate.read())
 
 
@@ -136,11 +142,12 @@ def gate_of(model) -> MaskGate | None:
 
 
 def attach_gate(model, mask_id: int, rank: int, layers: int | None = None, trainable: bool = False,
-                matrices: tuple[str, ...] = MATRICES, dtype: torch.dtype | None = None) -> list[nn.Parameter]:
+                matrices: tuple[str, ...] = MATRICES, dtype: torch.dtype | None = None,
+                delta_dtype: torch.dtype | None = None) -> list[nn.Parameter]:
     """Wrap `matrices` of the top `layers` decoder layers (all when None) and the mask's input
     embedding with gated adapters (B = 0, embedding delta 0: the model is still the base).
     Returns the new parameters (trainable when asked; everything else is left as it was), in
-    `dtype` (default: the model's)."""
+    `dtype` (default: the model's); `delta_dtype`: the dtype the adapters compute in (`MaskGate`)."""
     if gate_of(model) is not None:
         raise ValueError("this model already carries a mask gate")
     decoder = model.model.layers
@@ -150,7 +157,7 @@ def attach_gate(model, mask_id: int, rank: int, layers: int | None = None, train
     unknown = set(matrices) - set(MATRICES)
     if unknown:
         raise ValueError(f"unknown matrices {sorted(unknown)}; known: {', '.join(MATRICES)}")
-    gate = MaskGate(mask_id)
+    gate = MaskGate(mask_id, delta_dtype)
     embedding = model.get_input_embeddings()
     dtype = dtype or embedding.weight.dtype  # not a quantised layer's storage dtype
     params = []
@@ -238,9 +245,12 @@ def read_gate(path: str) -> tuple[dict[str, torch.Tensor], int]:
 
 
 def install_gate(model, state: dict[str, torch.Tensor], mask_id: int) -> None:
-    """Attach a gate shaped as `state` says and fill it (frozen, in the model's dtype and device)."""
+    """Attach a gate shaped as `state` says and fill it (frozen, on the model's device; in the
+    model's dtype, or float32 for a half-precision model on a CPU: `MaskGate.delta_dtype`)."""
     rank, layers, matrices = describe(state)
-    attach_gate(model, mask_id, rank, layers, trainable=False, matrices=matrices)
+    weight = model.get_input_embeddings().weight
+    wide = torch.float32 if weight.device.type == "cpu" and weight.dtype in (torch.bfloat16, torch.float16) else None
+    attach_gate(model, mask_id, rank, layers, trainable=False, matrices=matrices, dtype=wide, delta_dtype=wide)
     load_gate_state(model, state)
 
 

@@ -93,6 +93,30 @@ def test_only_the_top_layers_are_wrapped_and_the_stored_gate_round_trips(tmp_pat
         assert torch.equal(v, state[k]), k
 
 
+
+def test_a_half_precision_cpu_model_computes_its_stored_gate_in_fp32_and_its_real_positions_stay_the_base(tmp_path):
+    """A bf16 matmul of a few rows by the rank costs ~5x an fp32 one on a CPU (oneDNN's per-call
+    set-up), so an installed gate computes B @ A x in fp32 there and adds it in the layer's dtype;
+    real positions are still the bf16 base's, bit for bit."""
+    model = tiny_llama()
+    _randomise(attach_gate(model, MASK, rank=3, trainable=True))
+    save_gate(model, str(tmp_path / "gate.safetensors"), dtype=torch.float32)
+    base, gated = tiny_llama().to(torch.bfloat16), tiny_llama().to(torch.bfloat16)
+    load_gate(gated, str(tmp_path / "gate.safetensors"))
+    layer = gated.model.layers[1].mlp.up_proj
+    x = torch.randn(1, 6, 32).to(torch.bfloat16)
+    on = torch.tensor([[False, False, True, True, False, True]])
+    gated.mars_gate.on = on
+    with torch.no_grad():
+        got = layer(x)
+        plain = layer.base(x)
+        want = plain + ((x.float() @ layer.lora_a.float().T) @ layer.lora_b.float().T).to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got[~on], plain[~on]) and torch.equal(got[on], want[on])
+    ids = torch.tensor([[7, 9, 11, 13, MASK, MASK]])
+    with torch.no_grad():
+        assert torch.equal(gated(ids).logits[:, :4], base(ids).logits[:, :4])
+
 @pytest.mark.parametrize("block_size,max_distance", [(4, None), (3, None), (4, 3)])
 def test_each_group_predicts_what_a_plain_forward_of_prefix_and_masks_predicts(block_size, max_distance):
     model = tiny_llama()
