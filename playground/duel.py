@@ -197,12 +197,13 @@ class Duel:
     def proves(self) -> bool:
         """Does the MARS side's mode make its output the AR side's greedy decoding of the same model?
         Lossless (and spec at the strictest tau) is greedy AR of the same model: so only when the
-        AR side runs the MARS model itself, greedily, and the MARS side's tau never loosened."""
+        AR side runs the MARS model itself (or the base of a mask-gated one, whose AR decoding it
+        is: `exactness.same_ar_path`), greedily, and the MARS side's tau never loosened."""
         cfg = self.mars.cfg
         strict = cfg.mode == "lossless" or (cfg.mode == "spec" and all(
             s.tau == (0.0 if cfg.metric == "entropy" else 1.0) for s in self.mars.steps))
         return (cfg.mode in ("lossless", "spec") and strict and cfg.temperature == 0
-                and self.ar.loaded is self.mars.loaded and not self.mars.control.stopped)
+                and exactness.same_ar_path(self.mars.loaded, self.ar.loaded) and not self.mars.control.stopped)
 
     def guaranteed(self) -> bool:
         """Token for token identical to AR, by construction: `proves`, in float32 (playground.exactness)."""
@@ -228,7 +229,7 @@ class Duel:
             return "Exact modes match AR only when both decode greedily (temperature 0)."
         if self.mars.control.stopped:
             return "The MARS side was stopped early, so its output is shorter than AR's."
-        if self.ar.loaded is not self.mars.loaded:
+        if not exactness.same_ar_path(self.mars.loaded, self.ar.loaded):
             return (f"The exact modes reproduce {self.mars.loaded.name}'s own AR decoding, not the separate AR "
                     f"checkpoint on the left: set \"AR side runs\" to \"{AR_SIDES[1]}\" to compare against it.")
         return "tau went below 1 during the run, so spec decoding accepted MARS tokens it did not verify."

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from mars_core.gate import gate_of
+from mars_core.packaged import DERIVED
 from mars_core.prompts import encode_prompt
 
 from .models import Loaded
@@ -25,6 +27,18 @@ def precision(loaded: Loaded) -> str:
         return f"{loaded.quantization} weights"
     p = next(loaded.model.parameters(), None)
     return str(p.dtype).replace("torch.", "") if p is not None else "float32"
+
+
+def same_ar_path(mars: Loaded, ar: Loaded | None) -> bool:
+    """Does the AR side compute the MARS model's own AR decoding? When it is the same model, or
+    the base a mask-gated fine-tune was trained on, in the same precision: every real position of
+    the fine-tune computes the base's output (mars_core.gate), so its AR decoding is the base's."""
+    if ar is None:
+        return False
+    if ar is mars:
+        return True
+    return (gate_of(mars.model) is not None and DERIVED.get(mars.source, (None,))[0] == ar.source
+            and precision(mars) == precision(ar))
 
 
 def strict(loaded: Loaded) -> bool:

@@ -154,3 +154,34 @@ def test_the_scope_says_a_gated_model_is_the_base_on_real_tokens(tmp_path, monke
     assert "only on the mask tokens" in text and "the base itself" in text
     text = scope_html(Loaded(full, None, "x-mars", "none", "x-mars"), base)
     assert "only on the mask tokens" not in text and "the base itself" not in text and "fine-tuned with MARS" in text
+
+
+def test_a_gated_model_against_its_base_is_guaranteed_identical_and_against_another_model_not(tokenizer, monkeypatch):
+    """The AR side running a mask-gated model's base computes that model's own AR decoding, so a
+    lossless run against it is a proof, not a coincidence; the same pair under a name that does not
+    derive from that base (or in another precision) is not."""
+    import torch
+
+    from conftest import make_model
+    from mars_core import packaged
+    from mars_core.gate import attach_gate
+    from playground.duel import AR_SIDES, Duel
+    from playground.models import Loaded
+
+    base, gated = make_model("llama", len(tokenizer)), make_model("llama", len(tokenizer))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in attach_gate(gated, tokenizer.mask_token_id, rank=4, trainable=True):
+            p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    monkeypatch.setitem(packaged.DERIVED, "x-mars", ("x-base", "unused"))
+    mars, ar = Loaded(gated, tokenizer, "x-mars", "none", "x-mars"), Loaded(base, tokenizer, "x-base", "none", "x-base")
+    other = Loaded(base, tokenizer, "x-other", "none", "x-other")
+    settings = dict(tau=1.0, block_size=4, metric="probability", cache="cursor", temperature=0.0, seed=0,
+                    max_new_tokens=24)
+    for ar_model, proven in ((ar, True), (other, False)):
+        duel = Duel("Tom has 12 apples and buys 30 more.", settings, AR_SIDES[0], mars, ar_model, 60, "lossless")
+        for _ in duel.run():
+            pass
+        assert duel.agree()  # the same weights: the AR decodings are equal either way
+        assert duel.guaranteed() is proven
+        assert ("not the separate AR checkpoint" in duel.why_not_guaranteed()) is not proven
