@@ -57,7 +57,7 @@ class MaskGate:
         # the adapters' arithmetic: None is the input's dtype (training: bf16 for its large batches);
         # `install_gate` picks float32 for a half-precision model on a CPU, where a bf16 matmul of a
         # few rows by rank 16 costs ~20 us a call against ~2-5 us in fp32 (oneDNN's per-call set-up;
-        # docs/exact-step.md): with 420 of them a forward, the gate was a third of a decode step
+        # docs/exact-step.md): with 420 of them a forward, the gate was about a fifth of a compiled forward
         self.delta_dtype = delta_dtype
         self.on: torch.Tensor | None = None  # (B, T) bool, set from the ids of each forward
         self.known: bool | None = None  # set by `every`: the input is all masks (True) or none (False)
