@@ -33,12 +33,15 @@ def same_ar_path(mars: Loaded, ar: Loaded | None) -> bool:
     """Does the AR side compute the MARS model's own AR decoding? When it is the same model, or
     the base a mask-gated fine-tune was trained on, in the same precision: every real position of
     the fine-tune computes the base's output (mars_core.gate), so its AR decoding is the base's."""
-    if ar is None:
-        return False
     if ar is mars:
         return True
-    return (gate_of(mars.model) is not None and DERIVED.get(mars.source, (None,))[0] == ar.source
-            and precision(mars) == precision(ar))
+    return gated_base(mars, ar) and precision(mars) == precision(ar)
+
+
+def gated_base(mars: Loaded, ar: Loaded | None) -> bool:
+    """Is `ar` the base that `mars`, a mask-gated fine-tune, was trained on (whatever its precision)?"""
+    return (ar is not None and gate_of(mars.model) is not None
+            and DERIVED.get(mars.source, (None,))[0] == ar.source)
 
 
 def strict(loaded: Loaded) -> bool:

@@ -8,7 +8,7 @@ import os
 
 from mars_core.gate import gate_of
 
-from .exactness import same_ar_path
+from .exactness import gated_base
 from .models import Loaded
 
 REAL_DATA = "smollm2-self-distilled"  # the real fine-tune's training record (assets/models/smollm2-135m-mars)
@@ -42,7 +42,7 @@ def scope_html(mars: Loaded, ar: Loaded | None) -> str:
     """The "About this model" box above the prompt."""
     name = html.escape(mars.name)
     # a gated fine-tune beside the base it was trained on: the AR side is that very model
-    same = ar is not None and ar is not mars and same_ar_path(mars, ar)
+    same = ar is not mars and gated_base(mars, ar)
     ar_line = (f" The AR side runs <code>{html.escape(ar.name)}</code>, the base itself, one token per forward." if same else
                f" The AR side runs <code>{html.escape(ar.name)}</code>, the same architecture trained with plain "
                "next-token fine-tuning." if ar is not None else
