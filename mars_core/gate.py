@@ -99,16 +99,79 @@ class GatedLinear(nn.Module):
         self.lora_b = nn.Parameter(torch.zeros(out_features, rank, dtype=dtype, device=weight.device),
                                    requires_grad=trainable)  # (out, r); zero: starts as the base
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        self.siblings: Siblings | None = None  # set by `fuse_siblings` (an installed, frozen gate)
+        self.sibling_index = 0
 
     @property
     def weight(self) -> torch.Tensor:  # code that reads a projection's weight (dtype, shape) still works
         return self.base.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        def delta() -> torch.Tensor:  # (..., out)
+        return gated(self.base(x), lambda: self.delta(x), self.gate.read())
+
+    def delta(self, x: torch.Tensor) -> torch.Tensor:
+        """B @ A x (..., out), in the gate's `delta_dtype`, returned in x's dtype."""
+        if self.siblings is not None:
+            return self.siblings.delta(self.sibling_index, x)
+        dt = self.gate.delta_dtype or x.dtype
+        return ((x.to(dt) @ self.lora_a.T.to(dt)) @ self.lora_b.T.to(dt)).to(x.dtype)
+
+
+class Siblings:
+    """The adapters of layers that read one input (q, k, v; gate, up) as two matmuls for all:
+    A stacked (sum r, in) and B block-diagonal (sum out, sum r); each layer takes its columns.
+
+    Why: on a CPU every matmul call has a fixed set-up cost that dwarfs a few rows by rank 16;
+    a forward of the 30-layer model made 420 of them, and the gate cost a compiled window step a
+    third of its time (docs/exact-step.md). Stacking siblings makes 240. Only mask positions read
+    the result (`gated`), so its rounding (the block-diagonal's zeros) touches drafts, never the
+    base's tokens. The first sibling to see an input computes every sibling's delta; the others
+    take theirs while the input is the same tensor, and the last one clears the stash, so no
+    tensor outlives the forward (a compiled graph would otherwise guard on it)."""
+
+    def __init__(self, layers: list[GatedLinear]):
+        self.gate, self.size = layers[0].gate, len(layers)
+        with torch.no_grad():
+            self.a = torch.cat([m.lora_a for m in layers])  # (sum r, in)
+            self.b = torch.block_diag(*[m.lora_b for m in layers])  # (sum out, sum r)
+        ends = torch.tensor([m.lora_b.shape[0] for m in layers]).cumsum(0).tolist()
+        self.cols = list(zip([0] + ends[:-1], ends))  # each layer's columns of the stacked output
+        self.x: torch.Tensor | None = None
+        self.out: torch.Tensor | None = None
+        self.left = 0
+
+    def delta(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Sibling i's B @ A x, the same formula as an unfused layer's (`GatedLinear.delta`)."""
+        if self.x is not x:
             dt = self.gate.delta_dtype or x.dtype
-            return ((x.to(dt) @ self.lora_a.T.to(dt)) @ self.lora_b.T.to(dt)).to(x.dtype)
-        return gated(self.base(x), delta, self.gate.read())
+            a, b = self.a.to(x.device, dt), self.b.to(x.device, dt)
+            self.x, self.left = x, self.size
+            self.out = ((x.to(dt) @ a.T) @ b.T).to(x.dtype)  # (..., sum out)
+        start, end = self.cols[i]
+        out = self.out[..., start:end]
+        self.left -= 1
+        if self.left == 0:
+            self.x = self.out = None
+        return out
+
+
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def fuse_siblings(model) -> int:
+    """Give each group of `SIBLINGS` the model's wrapped layers hold its stacked adapters (a
+    frozen gate: made from the adapters' current values, so call it again after changing them).
+    Returns the number of groups."""
+    n = 0
+    for module in model.modules():
+        for names in SIBLINGS:
+            layers = [getattr(module, name, None) for name in names]
+            if all(isinstance(m, GatedLinear) for m in layers):
+                group = Siblings(layers)
+                for i, m in enumerate(layers):
+                    m.siblings, m.sibling_index = group, i
+                n += 1
+    return n
 
 
 def _set_gate(gate: MaskGate, embedding: nn.Module):
@@ -207,6 +270,8 @@ def load_gate_state(model, state: dict[str, torch.Tensor]) -> None:
             m.lora_a.copy_(a)
             m.lora_b.copy_(b)
         getattr(model.get_input_embeddings(), EMBEDDING).copy_(state[EMBEDDING])
+    if any(m.siblings is not None for m in wrapped.values()):
+        fuse_siblings(model)  # the stacked copies follow the new values
 
 
 def describe(state: dict[str, torch.Tensor]) -> tuple[int, int, tuple[str, ...]]:
@@ -252,6 +317,7 @@ def install_gate(model, state: dict[str, torch.Tensor], mask_id: int) -> None:
     wide = torch.float32 if weight.device.type == "cpu" and weight.dtype in (torch.bfloat16, torch.float16) else None
     attach_gate(model, mask_id, rank, layers, trainable=False, matrices=matrices, dtype=wide, delta_dtype=wide)
     load_gate_state(model, state)
+    fuse_siblings(model)
 
 
 def load_gate(model, path: str) -> None:
