@@ -56,8 +56,17 @@ def machine_key(model: PreTrainedModel, batch: int) -> str:
     cfg = model.config
     parts = [cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, getattr(cfg, "intermediate_size", 0),
              cfg.vocab_size, str(p.dtype), str(p.device), torch.__version__, torch.get_num_threads(), batch,
-             platform.machine(), _cpu_name(), type(model.model.layers[0].self_attn.q_proj).__name__]
+             platform.machine(), _cpu_name(), _kernel_kind(model.model.layers[0].self_attn.q_proj)]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+def _kernel_kind(layer) -> str:
+    """What runs a linear layer: its class, and for a mask-gated one the base's class and whether
+    its adapters are stacked with their siblings (each changes what a forward costs)."""
+    base = getattr(layer, "base", None)
+    if base is None:
+        return type(layer).__name__
+    return f"{type(layer).__name__}({type(base).__name__}, stacked={getattr(layer, 'siblings', None) is not None})"
 
 
 def _cpu_name() -> str:

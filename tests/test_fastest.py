@@ -115,3 +115,24 @@ def test_the_modelled_speedup_from_the_rule():
     assert fastest.replay(s, cfg) == [first + 1 + 3] + [7] * 3  # 12 tokens: 3 forwards of 4
     speed, tpf = fastest.modelled_speedup([s], cfg, {w: float(w) for w in fastest.WIDTHS})
     assert tpf == pytest.approx(4.0) and speed == pytest.approx(12 / 21)
+
+
+def test_a_cost_curve_is_kept_per_kind_of_kernel_a_gated_layer_runs():
+    """A gated model's forward costs what its base's kernels and its adapters' form make it cost:
+    a curve measured on the prepacked, unstacked model must not serve the inductor-packed or the
+    stacked one (the key once read only the wrapper's class, GatedLinear, for all of them)."""
+    from test_frozen_layers import tiny_llama
+    from mars_core.cpu import prepack
+    from mars_core.gate import attach_gate, fuse_siblings
+
+    keys = set()
+    for packed in (False, True):
+        model = tiny_llama()
+        if packed:
+            prepack(model)
+        attach_gate(model, 5, rank=2)
+        keys.add(fastest.machine_key(model, 1))
+        fuse_siblings(model)
+        keys.add(fastest.machine_key(model, 1))
+    assert len(keys) == 4
+    assert fastest.machine_key(tiny_llama(), 1) not in keys
