@@ -122,8 +122,8 @@ class Siblings:
     A stacked (sum r, in) and B block-diagonal (sum out, sum r); each layer takes its columns.
 
     Why: on a CPU every matmul call has a fixed set-up cost that dwarfs a few rows by rank 16;
-    a forward of the 30-layer model made 420 of them, and the gate cost a compiled window step a
-    third of its time (docs/exact-step.md). Stacking siblings makes 240. Only mask positions read
+    a forward of the 30-layer model made 420 of them, about a quarter of a compiled window step's
+    time (docs/exact-step.md). Stacking siblings makes 240. Only mask positions read
     the result (`gated`), so its rounding (the block-diagonal's zeros) touches drafts, never the
     base's tokens. The first sibling to see an input computes every sibling's delta; the others
     take theirs while the input is the same tensor, and the last one clears the stash, so no
