@@ -1,6 +1,5 @@
 """benchmarks.step_parts: the harness runs every row and leaves a stacked gate as it found it."""
 import pytest
-import torch
 
 from benchmarks import step_parts
 from mars_core.gate import attach_gate, fuse_siblings, wrapped_layers
