@@ -2,22 +2,24 @@
 
 Two measurements, each made once and kept on disk:
 
-- what a forward costs here: c(W) / c(1) for a forward of W new tokens over a few hundred cached
-  ones, for this model, dtype, device and thread count (`forward_costs`); on a CPU with native
-  bf16 a 12-token forward costs about what a 1-token one does, in fp32 on AVX2 it costs 1.2-1.3x;
+- what a forward costs here: c(W) / c_AR(1) for a forward of W new tokens over a few hundred cached
+  ones against one AR token's (a mask-gated model's with the gate off: the base), for this model,
+  dtype, device and thread count (`forward_costs`); on a CPU with native bf16 a 12-token forward of
+  a plain model costs about 1.2x a 1-token one, in fp32 on AVX2 1.2-1.3x, and a gate adds its own;
 - what the drafts would accept: the model's greedy AR output on sample prompts, and the top-k
   candidates of a group of masks after every position of it (one forward per prompt). Since every
   exact decode's output is that AR output and its drafts depend only on it, each candidate
   configuration is replayed without decoding (`replay`): the forwards it would take and the width
   of each.
 
-The modelled speed-up of a configuration is AR's cost (one 1-token forward per token) over the
-sum of its forwards' costs; the fastest wins. Prompt lookup is always on (it only ever adds
+The modelled speed-up of a configuration is AR's cost (one 1-token forward of the base per token)
+over the sum of its forwards' costs; the fastest wins. Prompt lookup is always on (it only ever adds
 verified drafts where the text repeats), and the candidates are the lossless chain (groups after
 the last draft, and after every draft) and drafts planned per step under budgets of 4 to 24 nodes.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -48,6 +50,7 @@ SAMPLE_PROMPTS = (
 WIDTHS = (1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
 BUDGETS = ((4, 1), (4, 2), (6, 1), (6, 2), (8, 2), (8, 3), (10, 2), (10, 3), (12, 3), (16, 3), (16, 4), (24, 4))
 TOP_K = 8
+CURVE_FORMAT = 2  # 2: the unit is AR's one-token forward (a gate off), rounds rotate; a new format re-measures
 
 
 def machine_key(model: PreTrainedModel, batch: int) -> str:
@@ -56,7 +59,7 @@ def machine_key(model: PreTrainedModel, batch: int) -> str:
     cfg = model.config
     parts = [cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, getattr(cfg, "intermediate_size", 0),
              cfg.vocab_size, str(p.dtype), str(p.device), torch.__version__, torch.get_num_threads(), batch,
-             platform.machine(), _cpu_name(), _kernel_kind(model.model.layers[0].self_attn.q_proj)]
+             platform.machine(), _cpu_name(), _kernel_kind(model.model.layers[0].self_attn.q_proj), CURVE_FORMAT]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
 
@@ -103,30 +106,60 @@ def _cached(kind: str, key: str, make):
 @torch.no_grad()
 def forward_costs(model: PreTrainedModel, batch: int = 1, context: int = 256, repeats: int = 5,
                   widths: tuple[int, ...] = WIDTHS, cache: bool = True) -> dict[int, float]:
-    """{W: c(W) / c(1)}: the median time of a forward of W new tokens over `context` cached ones,
-    relative to one token's (kept on disk per `machine_key`)."""
-    def measure() -> dict[str, float]:
-        from transformers import DynamicCache
+    """{W: c(W) / c_AR(1)}: the median time of a forward of W new tokens over `context` cached ones,
+    relative to one AR token's (kept on disk per `machine_key`).
 
-        dev = next(model.parameters()).device
-        ids = torch.randint(0, model.config.vocab_size, (batch, context + max(widths)), device=dev)
-        past = DynamicCache()
-        model(input_ids=ids[:, :context], cache=past, use_cache=True)
-        times = {}
-        for w in widths:
-            runs = []
-            for _ in range(repeats + 1):  # the first is a warm-up
-                start = time.perf_counter()
-                model(input_ids=ids[:, context:context + w], cache=past, use_cache=True)
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                runs.append(time.perf_counter() - start)
-                past.crop(-w)  # back to the context (transformers 5: a negative count removes)
-            times[w] = sorted(runs[1:])[len(runs[1:]) // 2]
-        return {str(w): t / times[1] for w, t in times.items()}
+    The unit is what AR pays: for a mask-gated model, a one-token forward with the gate off (the
+    base's own layers; `MaskGate.every(False)` skips the adapters), while a window carries the
+    adapters' cost, as a step's does (its tail holds masks). Before, both sides ran the gate, and
+    a gated one-token forward costs ~1.2x the base's in eager bf16 here, which flattered every
+    candidate. Rounds rotate the widths (the first a warm-up), so a slow spell of the machine
+    lands on all of them rather than on one."""
+    def measure() -> dict[str, float]:
+        times = _timed_widths(model, batch, context, repeats, widths)
+        return {str(w): t / times[0] for w, t in times.items() if w}
 
     curve = _cached("costs", machine_key(model, batch), measure) if cache else measure()
     return {int(w): c for w, c in curve.items()}
+
+
+def _timed_widths(model: PreTrainedModel, batch: int, context: int, repeats: int,
+                  widths: tuple[int, ...]) -> dict[int, float]:
+    """{W: median seconds}, and {0: the AR unit}: a one-token forward with any gate off."""
+    from transformers import DynamicCache
+
+    from .gate import gate_of
+
+    gate = gate_of(model)
+    mask_id = gate.mask_id if gate is not None else None
+    dev = next(model.parameters()).device
+    ids = torch.randint(0, model.config.vocab_size, (batch, context + max(widths)), device=dev)
+    if mask_id is not None:
+        ids[ids == mask_id] = 0  # real tokens only; the masks go where a step puts them
+    past = DynamicCache()
+    model(input_ids=ids[:, :context], cache=past, use_cache=True)
+
+    def once(w: int) -> float:
+        x = ids[:, context:context + max(w, 1)].clone()
+        if mask_id is not None and w > 1:
+            x[:, 1 + (w - 1) // 2:] = mask_id  # (batch, w): the root and drafts, then masks
+        off = gate.every(False) if gate is not None and w == 0 else contextlib.nullcontext()
+        start = time.perf_counter()
+        with off:
+            model(input_ids=x, cache=past, use_cache=True)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        past.crop(-max(w, 1))  # back to the context (transformers 5: a negative count removes)
+        return time.perf_counter() - start
+
+    runs: dict[int, list[float]] = {w: [] for w in (0, *widths)}
+    keys = list(runs)
+    for r in range(repeats + 1):  # the first round is a warm-up
+        for w in keys[r % len(keys):] + keys[:r % len(keys)]:
+            t = once(w)
+            if r:
+                runs[w].append(t)
+    return {w: sorted(ts)[len(ts) // 2] for w, ts in runs.items()}
 
 
 def cost_at(curve: dict[int, float], width: int) -> float:
@@ -229,7 +262,7 @@ def modelled_speedup(samples: list[Sample], cfg: DecodeConfig, curve: dict[int, 
     for s in samples:
         widths = replay(s, cfg)[1:]
         n = len(s.text) - s.first - 2  # tokens after the first forward's
-        ar += n * cost_at(curve, 1)
+        ar += n  # the curve's unit: one AR token
         cost += sum(cost_at(curve, w) for w in widths)
         tokens, forwards = tokens + n, forwards + len(widths)
     return (ar / cost if cost else 1.0), (tokens / forwards if forwards else 1.0)

@@ -55,7 +55,7 @@ def test_the_costs_are_measured_once_and_kept(bundled, tmp_path, monkeypatch):
     monkeypatch.setattr(model, "forward", counting)
     curve = fastest.forward_costs(model, repeats=2)
     measured = len(calls)
-    assert measured > 0 and curve[1] == 1.0 and set(curve) == set(fastest.WIDTHS)
+    assert measured > 0 and set(curve) == set(fastest.WIDTHS) and all(c > 0 for c in curve.values())
     assert fastest.forward_costs(model, repeats=2) == curve and len(calls) == measured  # read from disk
     assert fastest.cost_at({1: 1.0, 4: 1.3, 8: 2.1}, 6) == pytest.approx(1.7)
     assert fastest.cost_at({1: 1.0, 4: 1.3, 8: 2.1}, 12) == pytest.approx(2.9)
@@ -115,6 +115,9 @@ def test_the_modelled_speedup_from_the_rule():
     assert fastest.replay(s, cfg) == [first + 1 + 3] + [7] * 3  # 12 tokens: 3 forwards of 4
     speed, tpf = fastest.modelled_speedup([s], cfg, {w: float(w) for w in fastest.WIDTHS})
     assert tpf == pytest.approx(4.0) and speed == pytest.approx(12 / 21)
+    # the unit is AR's token: a gate that makes even a one-token forward cost 1.2 is the MARS side's cost alone
+    speed, _ = fastest.modelled_speedup([s], cfg, {w: 0.2 + w for w in fastest.WIDTHS})
+    assert speed == pytest.approx(12 / (3 * 7.2))
 
 
 def test_a_cost_curve_is_kept_per_kind_of_kernel_a_gated_layer_runs():
@@ -136,3 +139,25 @@ def test_a_cost_curve_is_kept_per_kind_of_kernel_a_gated_layer_runs():
         keys.add(fastest.machine_key(model, 1))
     assert len(keys) == 4
     assert fastest.machine_key(tiny_llama(), 1) not in keys
+
+
+def test_the_curves_unit_is_a_one_token_forward_with_the_gate_off_and_its_windows_hold_masks():
+    """AR pays the base's forward; a step's window pays the adapters, and its tail is masks."""
+    from test_frozen_layers import tiny_llama
+    from mars_core.gate import attach_gate, gate_of
+
+    model = tiny_llama()
+    attach_gate(model, 5, rank=2)
+    gate, seen = gate_of(model), []
+    real = model.forward
+
+    def spy(*a, input_ids=None, **kw):
+        seen.append((input_ids.shape[1], gate.known, int((input_ids == 5).sum())))
+        return real(*a, input_ids=input_ids, **kw)
+    model.forward = spy
+    fastest.forward_costs(model, context=16, repeats=2, widths=(1, 4), cache=False)
+    timed = seen[1:]  # after the context's forward
+    assert timed.count((1, False, 0)) == 3  # the unit: a warm-up and 2 rounds, the adapters skipped
+    assert timed.count((1, None, 0)) == 3  # a one-token window of the gated model: the adapters run
+    assert timed.count((4, None, 2)) == 3  # the root, a draft, then masks
+    assert len(timed) == 9
