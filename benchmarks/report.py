@@ -34,7 +34,26 @@ def table(result: dict) -> str:
         notes.append("Graphs torch.compile built per row (a batch size reuses the graphs an earlier row built for "
                      "the batch sizes it shrinks to; a MARS row shares the graphs of its tau with the other taus): "
                      + "; ".join(graphs) + ".")
+    spread = unsteady(result["runs"])
+    if spread:
+        notes.append("Repetitions that disagree by more than " + f"{SPREAD:.0%}" + " (slowest over fastest): " + "; ".join(spread)
+                     + ". Something else ran, or the row was not warm; a median of 3 or more sets one such repetition "
+                     "aside, a median of 2 cannot: rerun before quoting it.")
     return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+SPREAD = 0.15  # repetitions of one row on a quiet machine agreed within 6-8% in the runs of 2026-12-06
+
+
+def unsteady(runs: list[dict]) -> list[str]:
+    """The rows whose timed repetitions differ by more than `SPREAD`, with their seconds."""
+    out = []
+    for r in runs:
+        secs = r.get("seconds_all") or []
+        if r.get("status") == "ok" and len(secs) > 1 and min(secs) > 0 and max(secs) / min(secs) - 1 > SPREAD:
+            tau = "" if r["tau"] is None else f" tau {r['tau']:g}"
+            out.append(f"{r['method']}{tau} at batch {r['batch_size']}: " + ", ".join(f"{x:.2f}" for x in secs) + " s")
+    return out
 
 
 def figure(result: dict):
