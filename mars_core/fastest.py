@@ -2,8 +2,8 @@
 
 Two measurements, each made once and kept on disk:
 
-- what a forward costs here: c(W) / c_AR(1) for a forward of W new tokens over a few hundred cached
-  ones against one AR token's (a mask-gated model's with the gate off: the base), for this model,
+- what a forward costs here: c(W) / c(1) for a forward of W new tokens over a few hundred cached
+  ones against one AR token's (a mask-gated model's runs the base's layers alone), for this model,
   dtype, device and thread count (`forward_costs`); on a CPU with native bf16 a 12-token forward of
   a plain model costs about 1.2x a 1-token one, in fp32 on AVX2 1.2-1.3x, and a gate adds its own;
 - what the drafts would accept: the model's greedy AR output on sample prompts, and the top-k
@@ -19,7 +19,6 @@ the last draft, and after every draft) and drafts planned per step under budgets
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -50,7 +49,7 @@ SAMPLE_PROMPTS = (
 WIDTHS = (1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
 BUDGETS = ((4, 1), (4, 2), (6, 1), (6, 2), (8, 2), (8, 3), (10, 2), (10, 3), (12, 3), (16, 3), (16, 4), (24, 4))
 TOP_K = 8
-CURVE_FORMAT = 2  # 2: the unit is AR's one-token forward (a gate off), rounds rotate; a new format re-measures
+CURVE_FORMAT = 2  # 2: a gated one-token forward skips the adapters, windows hold masks, rounds rotate; a new format re-measures
 
 
 def machine_key(model: PreTrainedModel, batch: int) -> str:
@@ -106,18 +105,18 @@ def _cached(kind: str, key: str, make):
 @torch.no_grad()
 def forward_costs(model: PreTrainedModel, batch: int = 1, context: int = 256, repeats: int = 5,
                   widths: tuple[int, ...] = WIDTHS, cache: bool = True) -> dict[int, float]:
-    """{W: c(W) / c_AR(1)}: the median time of a forward of W new tokens over `context` cached ones,
-    relative to one AR token's (kept on disk per `machine_key`).
+    """{W: c(W) / c(1)}: the median time of a forward of W new tokens over `context` cached ones,
+    relative to one token's, which is what an AR step pays (kept on disk per `machine_key`).
 
-    The unit is what AR pays: for a mask-gated model, a one-token forward with the gate off (the
-    base's own layers; `MaskGate.every(False)` skips the adapters), while a window carries the
-    adapters' cost, as a step's does (its tail holds masks). Before, both sides ran the gate, and
-    a gated one-token forward costs ~1.2x the base's in eager bf16 here, which flattered every
-    candidate. Rounds rotate the widths (the first a warm-up), so a slow spell of the machine
-    lands on all of them rather than on one."""
+    A window's tail holds masks, as a step's does, so a mask-gated model's windows pay its adapters;
+    its one-token forward holds none and runs the base's layers alone (`gate`: a forward without
+    masks skips the adapters), so the unit is the base's AR step. Before, every forward ran the
+    adapters and c(1) was ~1.2x the base's in eager bf16 here, which flattered every candidate.
+    Rounds rotate the widths (the first a warm-up), so a slow spell of the machine lands on all
+    of them rather than on one."""
     def measure() -> dict[str, float]:
-        times = _timed_widths(model, batch, context, repeats, widths)
-        return {str(w): t / times[0] for w, t in times.items() if w}
+        times = _timed_widths(model, batch, context, repeats, tuple(sorted({1, *widths})))
+        return {str(w): t / times[1] for w, t in times.items()}
 
     curve = _cached("costs", machine_key(model, batch), measure) if cache else measure()
     return {int(w): c for w, c in curve.items()}
@@ -125,7 +124,7 @@ def forward_costs(model: PreTrainedModel, batch: int = 1, context: int = 256, re
 
 def _timed_widths(model: PreTrainedModel, batch: int, context: int, repeats: int,
                   widths: tuple[int, ...]) -> dict[int, float]:
-    """{W: median seconds}, and {0: the AR unit}: a one-token forward with any gate off."""
+    """{W: median seconds of a forward of W new tokens: a root and drafts, then masks}."""
     from transformers import DynamicCache
 
     from .gate import gate_of
@@ -140,22 +139,19 @@ def _timed_widths(model: PreTrainedModel, batch: int, context: int, repeats: int
     model(input_ids=ids[:, :context], cache=past, use_cache=True)
 
     def once(w: int) -> float:
-        x = ids[:, context:context + max(w, 1)].clone()
-        if mask_id is not None and w > 1:
-            x[:, 1 + (w - 1) // 2:] = mask_id  # (batch, w): the root and drafts, then masks
-        off = gate.every(False) if gate is not None and w == 0 else contextlib.nullcontext()
+        x = ids[:, context:context + w].clone()
+        if mask_id is not None:
+            x[:, 1 + (w - 1) // 2:] = mask_id  # (batch, w): the root and drafts, then masks (none at w = 1)
         start = time.perf_counter()
-        with off:
-            model(input_ids=x, cache=past, use_cache=True)
+        model(input_ids=x, cache=past, use_cache=True)
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        past.crop(-max(w, 1))  # back to the context (transformers 5: a negative count removes)
+        past.crop(-w)  # back to the context (transformers 5: a negative count removes)
         return time.perf_counter() - start
 
-    runs: dict[int, list[float]] = {w: [] for w in (0, *widths)}
-    keys = list(runs)
+    runs: dict[int, list[float]] = {w: [] for w in widths}
     for r in range(repeats + 1):  # the first round is a warm-up
-        for w in keys[r % len(keys):] + keys[:r % len(keys)]:
+        for w in widths[r % len(widths):] + widths[:r % len(widths)]:
             t = once(w)
             if r:
                 runs[w].append(t)

@@ -141,7 +141,7 @@ def test_a_cost_curve_is_kept_per_kind_of_kernel_a_gated_layer_runs():
     assert fastest.machine_key(tiny_llama(), 1) not in keys
 
 
-def test_the_curves_unit_is_a_one_token_forward_with_the_gate_off_and_its_windows_hold_masks():
+def test_the_curves_unit_is_a_forward_of_the_base_and_its_windows_hold_masks():
     """AR pays the base's forward; a step's window pays the adapters, and its tail is masks."""
     from test_frozen_layers import tiny_llama
     from mars_core.gate import attach_gate, gate_of
@@ -152,12 +152,12 @@ def test_the_curves_unit_is_a_one_token_forward_with_the_gate_off_and_its_window
     real = model.forward
 
     def spy(*a, input_ids=None, **kw):
-        seen.append((input_ids.shape[1], gate.known, int((input_ids == 5).sum())))
-        return real(*a, input_ids=input_ids, **kw)
+        out = real(*a, input_ids=input_ids, **kw)
+        seen.append((input_ids.shape[1], int((input_ids == 5).sum()), gate.on is False))
+        return out
     model.forward = spy
     fastest.forward_costs(model, context=16, repeats=2, widths=(1, 4), cache=False)
     timed = seen[1:]  # after the context's forward
-    assert timed.count((1, False, 0)) == 3  # the unit: a warm-up and 2 rounds, the adapters skipped
-    assert timed.count((1, None, 0)) == 3  # a one-token window of the gated model: the adapters run
-    assert timed.count((4, None, 2)) == 3  # the root, a draft, then masks
-    assert len(timed) == 9
+    assert timed.count((1, 0, True)) == 3  # the unit, a warm-up and 2 rounds: no mask, the adapters skipped
+    assert timed.count((4, 2, False)) == 3  # the root, a draft, then masks: the adapters run
+    assert len(timed) == 6

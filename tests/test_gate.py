@@ -36,6 +36,24 @@ def test_real_positions_are_the_base_bit_for_bit_and_masks_are_not():
     assert (got[~real] - want[~real]).abs().amax() > 1e-3  # the adapters act where the input is the mask
 
 
+def test_a_forward_without_masks_is_the_base_and_runs_no_adapter(monkeypatch):
+    """An AR step of a gated model costs the base's forward: the adapters are not run at all
+    (not run and selected away), and the logits are the base's bit for bit."""
+    from mars_core.gate import GatedLinear
+
+    base, gated = tiny_llama(), tiny_llama()
+    _randomise(attach_gate(gated, MASK, rank=4, trainable=True))
+    calls = []
+    real = GatedLinear.delta
+    monkeypatch.setattr(GatedLinear, "delta", lambda self, x: calls.append(1) or real(self, x))
+    ids = torch.tensor([[7, 9, 11, 13], [8, 10, 12, 14]])
+    with torch.no_grad():
+        assert torch.equal(gated(ids).logits, base(ids).logits)
+        assert calls == []
+        gated(torch.tensor([[7, 9, 11, MASK], [8, 10, 12, 14]]))  # one mask anywhere in the batch: the adapters run
+    assert len(calls) > 0
+
+
 def test_a_window_of_text_then_masks_leaves_every_text_position_exact_and_ar_is_the_base(tokenizer):
     from conftest import make_model
 
