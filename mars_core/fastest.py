@@ -49,7 +49,7 @@ SAMPLE_PROMPTS = (
 WIDTHS = (1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
 BUDGETS = ((4, 1), (4, 2), (6, 1), (6, 2), (8, 2), (8, 3), (10, 2), (10, 3), (12, 3), (16, 3), (16, 4), (24, 4))
 TOP_K = 8
-CURVE_FORMAT = 2  # 2: a gated one-token forward skips the adapters, windows hold masks, rounds rotate; a new format re-measures
+CURVE_FORMAT = 3  # 3: a gated one-token forward skips the adapters, windows hold masks, rounds rotate; a new format re-measures
 
 
 def machine_key(model: PreTrainedModel, batch: int) -> str:
