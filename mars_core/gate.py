@@ -181,10 +181,11 @@ def _set_gate(gate: MaskGate, embedding: nn.Module):
         if gate.known is not None:
             if bool(on.all() if gate.known else on.any()) != gate.known:
                 raise ValueError(f"the gate was promised {'only' if gate.known else 'no'} mask tokens in this input")
-        elif not torch.compiler.is_compiling() and not bool(on.any()):
+        elif on.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(on.any()):
             # no mask in this forward (an AR step, a prompt): every layer is the base's own, and its
-            # adapters are not run at all (~1.2x the base's one-token cost in eager bf16 otherwise); one
-            # host read, decided inside the forward, so no state outlives it. Compiled graphs keep the select.
+            # adapters are not run at all (~1.2x the base's one-token cost in eager bf16 otherwise).
+            # Decided inside the forward, so no state outlives it; on a CPU only, where reading the ids
+            # is no device sync (a decode step keeps to one); compiled graphs keep the select.
             on = False
         gate.on = on
 
