@@ -55,7 +55,7 @@ def test_the_costs_are_measured_once_and_kept(bundled, tmp_path, monkeypatch):
     monkeypatch.setattr(model, "forward", counting)
     curve = fastest.forward_costs(model, repeats=2)
     measured = len(calls)
-    assert measured > 0 and set(curve) == set(fastest.WIDTHS) and all(c > 0 for c in curve.values())
+    assert measured > 0 and curve[1] == 1.0 and set(curve) == set(fastest.WIDTHS) and all(c > 0 for c in curve.values())
     assert fastest.forward_costs(model, repeats=2) == curve and len(calls) == measured  # read from disk
     assert fastest.cost_at({1: 1.0, 4: 1.3, 8: 2.1}, 6) == pytest.approx(1.7)
     assert fastest.cost_at({1: 1.0, 4: 1.3, 8: 2.1}, 12) == pytest.approx(2.9)
@@ -115,7 +115,7 @@ def test_the_modelled_speedup_from_the_rule():
     assert fastest.replay(s, cfg) == [first + 1 + 3] + [7] * 3  # 12 tokens: 3 forwards of 4
     speed, tpf = fastest.modelled_speedup([s], cfg, {w: float(w) for w in fastest.WIDTHS})
     assert tpf == pytest.approx(4.0) and speed == pytest.approx(12 / 21)
-    # the unit is AR's token: a gate that makes even a one-token forward cost 1.2 is the MARS side's cost alone
+    # AR pays one unit a token whatever the curve says at width 1 (a measured curve has c(1) = 1: it is the unit)
     speed, _ = fastest.modelled_speedup([s], cfg, {w: 0.2 + w for w in fastest.WIDTHS})
     assert speed == pytest.approx(12 / (3 * 7.2))
 
