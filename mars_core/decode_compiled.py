@@ -34,12 +34,15 @@ decodes of the same shape (a per-model pool), so a graph is captured once and re
 """
 from __future__ import annotations
 
+import contextlib
+from functools import partial
 from typing import Callable, Iterator, TYPE_CHECKING
 
 import torch
 
 from .acceptance import accept
 from .decoding import Rows, StepEvent, cut, pack
+from .gate import no_masks
 # StaticState, static_state and the rest are re-exported: tools and tests reach them through this module
 from .static_cache import (CAPACITY_STEP, PREFILL_STEP, StaticCursorCache, StaticState, _bucket, _shrink,  # noqa: F401
                            compiled, resolve_mode, static_state)
@@ -149,6 +152,9 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
     depends on its text), up to `max_feed` tokens wide (default B), and the step's keyword
     `group` (whether it carries mask predictions); each width and `group` is its own graph."""
     cfg, dev, B = rows.cfg, rows.device, rows.block
+    # an AR decode (B = 1) feeds no mask: a mask-gated model's graphs are then the base's alone,
+    # with no adapter computed and selected away (the promise is made per forward: `no_masks`)
+    quiet = partial(no_masks, model) if B == 1 else contextlib.nullcontext
     mode = resolve_mode(cfg.compile, dev)
     graphs = mode in ("reduce-overhead", "max-autotune")  # CUDA graphs: fixed buffer addresses
     step, prefill = compiled(compiled_step, mode), compiled(static_prefill, mode)
@@ -164,7 +170,8 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
         ids, n = _prefill_inputs(rows.prompts, B, mask_id, pad_id, capacity, dev)
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        logits = prefill(model, cache, ids, n, block=B)  # (N, B, V)
+        with quiet():
+            logits = prefill(model, cache, ids, n, block=B)  # (N, B, V)
         event, feed = first(rows, logits, tau)
         vocab = logits.shape[-1]
         order = list(range(N))  # buffer row -> sequence index
@@ -184,8 +191,9 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
             if graphs:
                 torch.compiler.cudagraph_mark_step_begin()
             width = loop[0].shape[1]  # the feed's: the tokens a row may emit
-            *loop, packed = step(model, cache, *loop, taus, rows.stop_ids, noise, **kw, **group,
-                                  window=_window(rows, order, span, cache.capacity))
+            with quiet():
+                *loop, packed = step(model, cache, *loop, taus, rows.stop_ids, noise, **kw, **group,
+                                      window=_window(rows, order, span, cache.capacity))
             if graphs:  # a replay overwrites its outputs: keep copies of what the next step reads
                 loop = [t.clone() for t in loop]
             packed = packed.tolist()  # the one host sync

@@ -179,7 +179,9 @@ def _set_gate(gate: MaskGate, embedding: nn.Module):
         ids = args[0] if args else kwargs.get("input")
         on = ids == gate.mask_id  # (B, T)
         if gate.known is not None:
-            if bool(on.all() if gate.known else on.any()) != gate.known:
+            # checked eagerly; a compiled graph traced inside the promise trusts it (reading the ids
+            # there would be a data-dependent branch), and its guard on `known` keeps it to the promise
+            if not torch.compiler.is_compiling() and bool(on.all() if gate.known else on.any()) != gate.known:
                 raise ValueError(f"the gate was promised {'only' if gate.known else 'no'} mask tokens in this input")
         elif on.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(on.any()):
             # no mask in this forward (an AR step, a prompt): every layer is the base's own, and its
@@ -210,6 +212,15 @@ def wrapped_layers(model) -> dict[str, GatedLinear]:
 
 def gate_of(model) -> MaskGate | None:
     return getattr(model, "mars_gate", None)
+
+
+def no_masks(model):
+    """A block in which the caller promises that no input of `model` holds the mask (an AR decode):
+    a gated model's layers are the base's alone, eager or compiled. A compiled graph keeps the
+    per-position select otherwise, since it cannot branch on the ids (`_set_gate`). Enter it per
+    forward: the promise is the model's state, which a forward of another thread would read."""
+    gate = gate_of(model)
+    return gate.every(False) if gate is not None else contextlib.nullcontext()
 
 
 def attach_gate(model, mask_id: int, rank: int, layers: int | None = None, trainable: bool = False,

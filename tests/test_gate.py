@@ -54,6 +54,65 @@ def test_a_forward_without_masks_is_the_base_and_runs_no_adapter(monkeypatch):
     assert len(calls) > 0
 
 
+def _graph_ops(model, ids, promise):
+    """(logits, adapter matmuls in the graph) of `model(ids)` traced by dynamo in one graph, inside
+    `promise`: the adapters are `x @ A.T @ B.T` (operator.matmul), the base's layers F.linear."""
+    import operator
+
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    run = torch.compile(lambda x: model(input_ids=x).logits, backend=backend, fullgraph=True)
+    with torch.no_grad(), promise:
+        out = run(ids)
+    return out, sum(n.target in (operator.matmul, torch.matmul) for g in graphs for n in g.graph.nodes)
+
+
+def test_a_compiled_forward_promised_no_masks_is_the_base_graph(monkeypatch):
+    """A compiled graph cannot branch on the ids, so it computes every adapter and selects them away;
+    inside `no_masks` (what a compiled AR decode enters per forward) it holds the base's layers alone."""
+    import contextlib
+
+    from mars_core.gate import no_masks
+
+    base, gated = tiny_llama(), tiny_llama()
+    _randomise(attach_gate(gated, MASK, rank=4, trainable=True))
+    ids = torch.tensor([[7, 9, 11, 13]])
+    with torch.no_grad():
+        want = base(ids).logits
+    out, adapters = _graph_ops(gated, ids, contextlib.nullcontext())
+    assert torch.equal(out, want) and adapters > 0  # selected away, still computed
+    out, adapters = _graph_ops(gated, ids, no_masks(gated))
+    assert torch.equal(out, want) and adapters == 0
+    with pytest.raises(ValueError, match="promised no mask"):  # eagerly the promise is checked
+        with torch.no_grad(), no_masks(gated):
+            gated(torch.tensor([[7, MASK]]))
+
+
+def test_a_compiled_ar_decode_promises_no_masks_and_mars_does_not(tokenizer, monkeypatch):
+    """`run_static` enters `no_masks` for every forward of an AR decode (B = 1), never for MARS."""
+    from conftest import make_model
+    from mars_core import decode_compiled as dc
+
+    model = make_model("llama", len(tokenizer))
+    from mars_core.prompts import special_ids
+
+    attach_gate(model, special_ids(model, tokenizer)[0], rank=2)
+    gate = model.mars_gate
+    seen = []
+    model.register_forward_pre_hook(lambda m, a: seen.append(gate.known))
+    monkeypatch.setattr(dc, "compiled", lambda fn, mode: fn)  # the static path, run eagerly
+    prompts = ["hello there", "the cat"]
+    for mode, want in (("ar", False), ("mars", None)):
+        seen.clear()
+        generate(model, tokenizer, prompts, DecodeConfig(mode=mode, cache="cursor", compile=True, max_new_tokens=6))
+        assert seen[1:] and set(seen[1:]) == {want}  # the first forward reads the cache layout, eagerly
+
+
 def test_a_window_of_text_then_masks_leaves_every_text_position_exact_and_ar_is_the_base(tokenizer):
     from conftest import make_model
 
