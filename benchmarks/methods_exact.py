@@ -68,7 +68,8 @@ def run_fastest(method: Method, model, tok, ids, tau, args, counter):
         method.state.setdefault("reports", {})[len(ids)] = report
         best = max(report["candidates"], key=lambda c: c["speedup"])
         method.state.setdefault("notes", []).append(
-            f"fastest-exact at batch {len(ids)} chose {best['config']} with prompt lookup (modelled "
+            f"fastest-exact at batch {len(ids)} chose {best['config']}"
+            f"{'' if method.state[key].mode == 'ar' else ' with prompt lookup'} (modelled "
             f"{best['speedup']:.2f}x AR at {best['tokens_per_forward']:.2f} tokens per forward on its sample prompts)")
     cfg = method.state[key]
     return _decode(model, tok, ids, cfg, counter=counter)

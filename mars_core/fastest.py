@@ -16,6 +16,10 @@ The modelled speed-up of a configuration is AR's cost (one 1-token forward of th
 over the sum of its forwards' costs; the fastest wins. Prompt lookup is always on (it only ever adds
 verified drafts where the text repeats), and the candidates are the lossless chain (groups after
 the last draft, and after every draft) and drafts planned per step under budgets of 4 to 24 nodes.
+Where none is modelled faster than AR (a batch whose one-token forward is already wide enough to
+fill the machine, masks that guess little), the answer is AR itself: it is exact too, and "fastest"
+should never be slower than the plain decode (a compiled AR decode of a mask-gated model runs the
+base's layers alone: `gate.no_masks`).
 """
 from __future__ import annotations
 
@@ -268,8 +272,9 @@ def fastest_exact(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
                   block_size: int | None = None, batch_size: int = 1, max_new_tokens: int = 96,
                   compile: bool | str = False, lookup_tokens: int | None = 10,
                   report: dict | None = None) -> DecodeConfig:
-    """The greedy lossless `DecodeConfig` with the highest modelled speed-up over AR on this machine
-    (its output is the model's greedy AR output, token for token). `prompts`: text like what it
+    """The greedy exact `DecodeConfig` with the highest modelled speed-up over AR on this machine: a
+    lossless MARS configuration, or AR itself where none is modelled faster (either way its output is
+    the model's greedy AR output, token for token). `prompts`: text like what it
     will decode (default: a few instructions); `report`, if given, receives every candidate's
     modelled speed-up and tokens per forward, and the cost curve."""
     from .loading import trained_block_size
@@ -277,8 +282,10 @@ def fastest_exact(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
     B = block_size or trained_block_size(model) or 4
     curve = forward_costs(model, batch_size)
     samples = sample(model, tokenizer, list(prompts or SAMPLE_PROMPTS), B, max_new_tokens)
-    scored = [(modelled_speedup(samples, config, curve), config) for config in candidates(B, lookup_tokens)]
-    (best, tpf), cfg = max(scored, key=lambda x: x[0][0])
+    ar = DecodeConfig(mode="ar", block_size=B, cache="cursor")
+    scored = [((1.0, 1.0), ar)] + [(modelled_speedup(samples, config, curve), config)
+                                   for config in candidates(B, lookup_tokens)]
+    (best, tpf), cfg = max(scored, key=lambda x: x[0][0])  # a tie with AR goes to AR: it is listed first
     if report is not None:
         report.update(costs=curve, candidates=[dict(config=_name(config), speedup=round(s, 3), tokens_per_forward=round(t, 3))
                                                for (s, t), config in scored])
@@ -286,6 +293,8 @@ def fastest_exact(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
 
 
 def _name(cfg: DecodeConfig) -> str:
+    if cfg.mode == "ar":
+        return "AR, no drafts"
     if cfg.draft_budget is not None:
         return f"budget {cfg.draft_budget[0]} nodes, {cfg.draft_budget[1]} groups"
     return f"chain, groups {cfg.draft_groups}"

@@ -27,6 +27,7 @@ LOOKUP_TOKENS = 10
 # "tree" drafts the masks' top 2 / 2 / 1 candidates at distance 1 / 2 / 3 (the library's draft_tree; 1.64 tokens
 # per forward against 1.42 for the top-1 chain on the real pair, held-out self-instruct, docs/tree-drafts.md)
 TREE = (2, 2, 1)
+EXACT_MODES = ("lossless", "spec", "ar")  # the decoder modes whose greedy output is the model's AR output
 # "fastest" takes these fields from `mars_core.fastest_exact`'s config (playground.fastest)
 FASTEST_FIELDS = ("block_size", "draft_groups", "prompt_lookup", "prompt_lookup_tokens", "draft_tree", "draft_budget")
 
@@ -147,6 +148,8 @@ class Duel:
                                  "B >= 2 for \"lossless MARS + draft tree\", or pick \"lossless MARS\"")
             mars_settings.update(draft_tree=TREE[: settings["block_size"] - 1])
         mode = "lossless" if mars_mode in ("lookup", "tree", "fastest") else mars_mode
+        if mars_mode == "fastest" and fastest is not None:
+            mode = fastest.mode  # "ar" where no draft shape pays for its positions on this machine
         mars_cfg = DecodeConfig(mode=mode, **mars_settings)
         self.mars_mode = mars_mode
         ar_cfg = DecodeConfig(mode="ar", **dict(settings, cache="sliding" if settings["cache"] == "block"
@@ -196,13 +199,14 @@ class Duel:
 
     def proves(self) -> bool:
         """Does the MARS side's mode make its output the AR side's greedy decoding of the same model?
-        Lossless (and spec at the strictest tau) is greedy AR of the same model: so only when the
-        AR side runs the MARS model itself (or the base of a mask-gated one, whose AR decoding it
-        is: `exactness.same_ar_path`), greedily, and the MARS side's tau never loosened."""
+        Lossless (and spec at the strictest tau) is greedy AR of the same model, and so is AR itself
+        ("exact, fastest here" where no draft pays): so only when the AR side runs the MARS model
+        itself (or the base of a mask-gated one, whose AR decoding it is: `exactness.same_ar_path`),
+        greedily, and the MARS side's tau never loosened."""
         cfg = self.mars.cfg
-        strict = cfg.mode == "lossless" or (cfg.mode == "spec" and all(
+        strict = cfg.mode in ("lossless", "ar") or (cfg.mode == "spec" and all(
             s.tau == (0.0 if cfg.metric == "entropy" else 1.0) for s in self.mars.steps))
-        return (cfg.mode in ("lossless", "spec") and strict and cfg.temperature == 0
+        return (cfg.mode in EXACT_MODES and strict and cfg.temperature == 0
                 and exactness.same_ar_path(self.mars.loaded, self.ar.loaded) and not self.mars.control.stopped)
 
     def guaranteed(self) -> bool:
@@ -217,7 +221,7 @@ class Duel:
     def why_not_guaranteed(self) -> str:
         """For an exact MARS mode whose guarantee does not cover this comparison: why, in words."""
         cfg = self.mars.cfg
-        if cfg.mode not in ("lossless", "spec") or self.guaranteed():
+        if cfg.mode not in EXACT_MODES or self.guaranteed():
             return ""
         if self.reduced:
             if self.agree():

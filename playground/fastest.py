@@ -49,6 +49,8 @@ class Entry:
 
 
 def config_name(cfg: DecodeConfig) -> str:
+    if cfg.mode == "ar":
+        return "AR itself: no draft shape is modelled faster than AR on this machine"
     if cfg.draft_budget is not None:
         return f"{cfg.draft_budget[0]} draft nodes, {cfg.draft_budget[1]} mask groups per forward"
     if cfg.draft_tree is not None:

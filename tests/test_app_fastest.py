@@ -26,7 +26,7 @@ REPORT = {"candidates": [{"config": "chain, groups last", "speedup": 1.2, "token
                          {"config": "budget 4 nodes, 1 groups", "speedup": 1.62, "tokens_per_forward": 2.17}]}
 
 
-def fake_measure(gate: threading.Event | None = None, fail: bool = False):
+def fake_measure(gate: threading.Event | None = None, fail: bool = False, chosen=CHOSEN, report=REPORT):
     calls = []
 
     def measure(model, tokenizer, **kw):
@@ -35,8 +35,8 @@ def fake_measure(gate: threading.Event | None = None, fail: bool = False):
             gate.wait(10)
         if fail:
             raise RuntimeError("no memory left for the cost curve\nsecond line")
-        kw["report"].update(REPORT)
-        return CHOSEN
+        kw["report"].update(report)
+        return chosen
     measure.calls = calls
     return measure
 
@@ -80,6 +80,19 @@ def test_fastest_mode_decodes_with_the_measured_config_once_ready(pair):  # noqa
     assert len(measure.calls) == 1 and measure.calls[0]["compile"] is False  # once per model, eager
     tab._duel(PROMPT, 0.9, 4, "probability", 0.0, 0, 8, "sliding", AR_SIDES[1], Session(), "fastest")
     assert len(measure.calls) == 1
+
+
+def test_where_no_draft_pays_fastest_runs_ar_and_says_so(pair):  # noqa: F811
+    ar = DecodeConfig(mode="ar", block_size=4, max_new_tokens=96)
+    report = {"candidates": [{"config": "AR, no drafts", "speedup": 1.0, "tokens_per_forward": 1.0},
+                             {"config": "chain, groups last", "speedup": 0.9, "tokens_per_forward": 1.5}]}
+    core, tab = make_tab(pair, fake_measure(chosen=ar, report=report))
+    mars_side.fastest_entry(core, core.mars)
+    wait_state(core, core.mars)
+    session = Session()
+    last = run(tab, session)
+    assert session.last_mars.cfg.mode == "ar" and 'data-guaranteed="1"' in last[5]
+    assert "AR itself: no draft shape is modelled faster than AR" in mars_side.mode_line(core, core.mars)
 
 
 def test_until_measured_it_runs_lookup_and_says_so(pair):  # noqa: F811
