@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from . import packaged
 from .cpu import cpu_dtype, prepack as cpu_prepack
+from .kernel_choice import choose_prepack
 from .gate import GATE_FILE, load_gate
 from .prompts import MASK_TOKEN
 
@@ -130,7 +131,7 @@ def ensure_mask_token(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 
 
 def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, device: str | None = None,
-               quantization: str | None = None, prepack: bool = False,
+               quantization: str | None = None, prepack: bool | str = False,
                trust_remote_code: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Return `(model, tokenizer)` in eval mode, with a mask token, ready for `generate`.
 
@@ -140,8 +141,11 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
     where it has native bf16, else float32 with a warning and `model.mars_dtype_note` saying so
     (`mars_core.cpu`), while a torch dtype is used as given. quantization: None, "8bit" or "4bit" (bitsandbytes).
     prepack: on a CPU, swap the linear layers for oneDNN's prepacked matmul (`mars_core.cpu.prepack`:
-    inference only, faster float32 forwards on the CPUs measured); elsewhere a warning says it did nothing.
+    inference only); "auto" does so only where it measures faster on this CPU and dtype (timed once,
+    kept on disk: `mars_core.kernel_choice`); elsewhere a warning says it did nothing.
     """
+    if prepack not in (True, False, "auto"):
+        raise ValueError(f"prepack must be True, False or 'auto'; got {prepack!r}")
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ValueError("name_or_path must be a non-empty folder path or hub id")
     name = os.path.expanduser(str(name_or_path))
@@ -184,7 +188,7 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
     if local and os.path.isfile(os.path.join(name, GATE_FILE)):  # a mask-gated fine-tune: adapters on the base
         load_gate(model, os.path.join(name, GATE_FILE))
     if prepack:  # last: resizing the embeddings for the mask token would leave a stale packed lm_head
-        _, pack_note = cpu_prepack(model)
+        _, pack_note = choose_prepack(model) if prepack == "auto" else cpu_prepack(model)
         note = "; ".join(x for x in (note, pack_note) if x) or None
     model.mars_dtype_note = note  # read by the app's model header
     if note:

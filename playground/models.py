@@ -191,10 +191,11 @@ def serving_dtype(source: str) -> str | None:
 
 
 class ModelStore:
-    def __init__(self, capacity: int = 2, device: str | None = None, loader=None, prepack: bool = True):
+    def __init__(self, capacity: int = 2, device: str | None = None, loader=None, prepack: bool | str = "auto"):
         self.capacity = capacity
         self.device = device
-        # oneDNN-prepacked linears on a CPU: faster float32 forwards, wide ones most (docs/cpu-kernels.md)
+        # oneDNN-prepacked linears on a CPU where they measure faster for this model and dtype ("auto":
+        # faster float32 forwards on the AMD CPU measured, slower on an Intel Xeon; mars_core.kernel_choice)
         self.prepack = prepack
         self.loader = loader or hub_loader()
         self._lock = threading.Lock()
@@ -217,7 +218,7 @@ class ModelStore:
                 on_cpu = (self.device or default_device()) == "cpu"
                 model, tok = self.loader(source, device=self.device,
                                          quantization=None if quantization == "none" else quantization,
-                                         prepack=self.prepack and on_cpu and quantization == "none",
+                                         prepack=self.prepack if on_cpu and quantization == "none" else False,
                                          dtype=serving_dtype(source))
             except ValueError as e:
                 raise ValueError(scrub(str(e), [source])) from None

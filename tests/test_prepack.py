@@ -92,7 +92,7 @@ def test_a_prepacked_model_compiles_and_keeps_onednn():
     assert calls and calls[0] >= sum(isinstance(m, PackedLinear) for m in model.modules())
 
 
-def test_the_app_store_prepacks_cpu_models_it_does_not_quantise():
+def test_the_app_store_prepacks_cpu_models_it_does_not_quantise_where_it_pays():
     from playground.models import ModelStore
 
     asked = []
@@ -105,4 +105,54 @@ def test_the_app_store_prepacks_cpu_models_it_does_not_quantise():
     ModelStore(device="cpu", loader=loader).get("a", "8bit")
     ModelStore(device="cpu", loader=loader, prepack=False).get("a")
     ModelStore(device="cuda", loader=loader).get("a")
-    assert asked == [True, False, False, False]
+    assert asked == ["auto", False, False, False]
+
+
+def _timings(monkeypatch, plain, packed):
+    """kernel_choice's timer, scripted: `plain` seconds a round for plain layers, `packed` for packed."""
+    from mars_core import kernel_choice
+
+    def timed(model, batch, context, repeats, widths):
+        is_packed = any(isinstance(m, PackedLinear) for m in model.modules())
+        return {w: (packed if is_packed else plain) for w in widths}
+
+    monkeypatch.setattr(kernel_choice, "_timed_widths", timed)
+
+
+@pytest.mark.parametrize("plain,packed,want", [(1.0, 0.5, True), (1.0, 2.0, False), (1.0, 0.99, False)])
+def test_auto_packs_only_where_packed_forwards_measure_faster(monkeypatch, tmp_path, plain, packed, want):
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    _timings(monkeypatch, plain, packed)
+    from mars_core.kernel_choice import choose_prepack
+
+    model = make_model("llama", 96)
+    ids = torch.tensor([[3, 4, 5, 6]])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+    weights = {k: v.data_ptr() for k, v in model.state_dict().items()}
+    assert choose_prepack(model) == (want, None)
+    assert any(isinstance(m, PackedLinear) for m in model.modules()) == want
+    assert all(type(m) is not PackedLinear for m in model.modules()) != want
+    assert {k: v.data_ptr() for k, v in model.state_dict().items()} == weights  # the same Parameters
+    assert all(p.requires_grad for p in model.parameters()) != want  # a plain model is left trainable
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, before, atol=1e-4, rtol=1e-4)
+
+
+def test_auto_measures_once_per_machine_and_shape(monkeypatch, tmp_path):
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    from mars_core import kernel_choice
+
+    calls = []
+    real = kernel_choice.measure
+    monkeypatch.setattr(kernel_choice, "measure", lambda m: calls.append(1) or real(m, repeats=1))
+    for _ in range(2):
+        kernel_choice.choose_prepack(make_model("llama", 96))
+    assert len(calls) == 1
+    kernel_choice.choose_prepack(make_model("llama", 96).to(torch.float64))  # another dtype: measured again
+    assert len(calls) == 2
+
+
+def test_load_model_refuses_an_unknown_prepack():
+    with pytest.raises(ValueError, match="prepack must be True, False or 'auto'"):
+        load_model(os.path.join(ROOT, "assets", "models", "tiny-mars"), prepack="yes")
