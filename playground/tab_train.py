@@ -114,7 +114,7 @@ class TrainTab:
         """The trained model as the session's MARS side (the AR side: the bundled AR it started from)."""
         from training.tiny_eval import build_model
 
-        model, tok = build_model(result, prepack=True)
+        model, tok = build_model(result, prepack="auto")  # packed where that measures faster here
         one_forward_at_a_time(model)  # a gated model is shared by the duel's sides and the "fastest" measurement
         r = result.recipe
         name = f"your MARS model ({'gated' if r.objective == 'gated' else 'paper'}, B = {r.block_size}, {result.steps} steps)"
