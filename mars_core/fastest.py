@@ -92,7 +92,8 @@ def _store(kind: str) -> Path:
     return cache_root() / "exact" / kind
 
 
-def _cached(kind: str, key: str, make):
+def cached(kind: str, key: str, make):
+    """`make()`'s JSON value, kept under the cache root by kind and key (made once, written atomically)."""
     path = _store(kind) / f"{key}.json"
     try:
         return json.loads(path.read_text())
@@ -119,14 +120,14 @@ def forward_costs(model: PreTrainedModel, batch: int = 1, context: int = 256, re
     Rounds rotate the widths (the first a warm-up), so a slow spell of the machine lands on all
     of them rather than on one."""
     def measure() -> dict[str, float]:
-        times = _timed_widths(model, batch, context, repeats, tuple(sorted({1, *widths})))
+        times = timed_widths(model, batch, context, repeats, tuple(sorted({1, *widths})))
         return {str(w): t / times[1] for w, t in times.items()}
 
-    curve = _cached("costs", machine_key(model, batch), measure) if cache else measure()
+    curve = cached("costs", machine_key(model, batch), measure) if cache else measure()
     return {int(w): c for w, c in curve.items()}
 
 
-def _timed_widths(model: PreTrainedModel, batch: int, context: int, repeats: int,
+def timed_widths(model: PreTrainedModel, batch: int, context: int, repeats: int,
                   widths: tuple[int, ...]) -> dict[int, float]:
     """{W: median seconds of a forward of W new tokens: a root and drafts, then masks}."""
     from transformers import DynamicCache

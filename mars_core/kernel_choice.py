@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .cpu import PackedLinear, prepack
-from .fastest import _cached, _timed_widths, machine_key
+from .fastest import cached, timed_widths, machine_key
 from .prompts import context_limit
 
 WIDTHS = (1, 12)
@@ -42,13 +42,13 @@ def measure(model: torch.nn.Module, repeats: int = 5) -> dict:
     the summed median forwards of `WIDTHS`, the model left as it was (plain)."""
     limit = context_limit(model) or 1 << 30
     context = max(1, min(256, limit - max(WIDTHS)))  # a model with a short context times what it can hold
-    plain = sum(_timed_widths(model, 1, context, repeats, WIDTHS).values())
+    plain = sum(timed_widths(model, 1, context, repeats, WIDTHS).values())
     grads = [p.requires_grad for p in model.parameters()]  # prepack freezes them
     n, note = prepack(model)
     try:
         if not n:
             return {"plain": plain, "packed": None, "note": note}
-        packed = sum(_timed_widths(model, 1, context, repeats, WIDTHS).values())
+        packed = sum(timed_widths(model, 1, context, repeats, WIDTHS).values())
     finally:
         unpack(model)
         for p, g in zip(model.parameters(), grads):
@@ -63,7 +63,7 @@ def choose_prepack(model: torch.nn.Module, cache: bool = True) -> tuple[bool, st
     if first is None or first.device.type != "cpu":
         return False, "prepack runs on a CPU model only: left as it is"
     key = machine_key(model, 1)
-    times = _cached("prepack", key, lambda: measure(model)) if cache else measure(model)
+    times = cached("prepack", key, lambda: measure(model)) if cache else measure(model)
     if times["packed"] is None:
         return False, times["note"]
     if times["packed"] < (1 - MARGIN) * times["plain"]:

@@ -116,7 +116,7 @@ def _timings(monkeypatch, plain, packed):
         is_packed = any(isinstance(m, PackedLinear) for m in model.modules())
         return {w: (packed if is_packed else plain) for w in widths}
 
-    monkeypatch.setattr(kernel_choice, "_timed_widths", timed)
+    monkeypatch.setattr(kernel_choice, "timed_widths", timed)
 
 
 @pytest.mark.parametrize("plain,packed,want", [(1.0, 0.5, True), (1.0, 2.0, False), (1.0, 0.99, False)])
