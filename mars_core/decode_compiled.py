@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 from functools import partial
-from typing import Callable, Iterator, TYPE_CHECKING
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 
@@ -128,38 +128,18 @@ def _forward(model: PreTrainedModel, cache: StaticCursorCache, ids: torch.Tensor
 @torch.no_grad()
 def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int) -> Iterator[StepEvent]:
     """Yield one `StepEvent` per forward until every row of `rows` stops (`compile=True`); the
-    tokens land in `rows.out`, as with `decode_cursor`."""
-    yield from run_static(model, rows, mask_id, pad_id, compiled_step=static_step, first=first_mars)
-
-
-def first_mars(rows: Rows, logits: torch.Tensor, tau: float) -> tuple[StepEvent, list[list[int]]]:
-    """The prefill's outcome by the tau rule: the event, and each row's accepted tokens (what the
-    first step feeds)."""
-    tokens, conf, n_acc = rows.accept(logits, rows.active, tau)
-    first = rows.commit(rows.active, tokens, conf, n_acc, tau)
-    return first.event, first.taken
-
-
-def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *, compiled_step: Callable,
-               first: Callable, after: Callable | None = None, refeed: Callable | None = None,
-               max_feed: int | None = None) -> Iterator[StepEvent]:
-    """The static-shape decode loop: the compiled prefill, `first(rows, logits, tau) -> (event,
-    feeds)` on its logits, then `compiled_step` (`static_step` or another step of the same
-    signature) until every row stops, shrinking the batch into smaller buckets as rows finish.
-    `after(rows, live, outcomes, event)`, if given, adds the decoder's own bookkeeping to a step
-    and returns each live row's next feed; `refeed(rows, order, feeds) -> (feed, n_feed, group)`, if
-    given, builds the next step's feed on the host from them (prompt lookup: what a row drafts
-    depends on its text), up to `max_feed` tokens wide (default B), and the step's keyword
-    `group` (whether it carries mask predictions); each width and `group` is its own graph."""
+    tokens land in `rows.out`, as with `decode_cursor`. The compiled prefill, its acceptance by the
+    tau rule (eager, once), then the compiled `static_step` until every row stops, shrinking the
+    batch into smaller buckets as rows finish."""
     cfg, dev, B = rows.cfg, rows.device, rows.block
     # an AR decode (B = 1) feeds no mask: a mask-gated model's graphs are then the base's alone,
     # with no adapter computed and selected away (the promise is made per forward: `no_masks`)
     quiet = partial(no_masks, model) if B == 1 else contextlib.nullcontext
     mode = resolve_mode(cfg.compile, dev)
     graphs = mode in ("reduce-overhead", "max-autotune")  # CUDA graphs: fixed buffer addresses
-    step, prefill = compiled(compiled_step, mode), compiled(static_prefill, mode)
+    step, prefill = compiled(static_step, mode), compiled(static_prefill, mode)
     N = len(rows.prompts)
-    span = (max_feed or B) + B  # a step writes below cursor + span - 1 (2B - 1 for MARS)
+    span = 2 * B  # a step writes below cursor + 2B - 1
     need = max(len(p) for p in rows.prompts) + cfg.max_new_tokens + span
     capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
     owner = static_state(model)
@@ -172,15 +152,13 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
             torch.compiler.cudagraph_mark_step_begin()
         with quiet():
             logits = prefill(model, cache, ids, n, block=B)  # (N, B, V)
-        event, feed = first(rows, logits, tau)
+        tokens, conf, n_acc = rows.accept(logits, rows.active, tau)
+        first = rows.commit(rows.active, tokens, conf, n_acc, tau)
         vocab = logits.shape[-1]
         order = list(range(N))  # buffer row -> sequence index
-        loop = _initial_state(rows, feed, dev, B)  # the rows' tensors the step reads and returns
-        group = {}  # the step's keyword `group`, when a refeed decides it
-        if refeed is not None:
-            loop[0], loop[1], group["group"] = refeed(rows, order, dict(enumerate(feed)))
+        loop = _initial_state(rows, first.taken, dev, B)  # the rows' tensors the step reads and returns
         rows.still_active()
-        yield event
+        yield first.event
         kw = dict(block=B, mask_id=mask_id, pad_id=pad_id, metric=cfg.metric,
                   temperature=float(cfg.temperature), max_accept=cfg.max_accept)
         while rows.running():
@@ -190,18 +168,14 @@ def run_static(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int, *,
             noise = _noise(rows, order, live, B, vocab) if rows.random is not None else None
             if graphs:
                 torch.compiler.cudagraph_mark_step_begin()
-            width = loop[0].shape[1]  # the feed's: the tokens a row may emit
             with quiet():
-                *loop, packed = step(model, cache, *loop, taus, rows.stop_ids, noise, **kw, **group,
+                *loop, packed = step(model, cache, *loop, taus, rows.stop_ids, noise, **kw,
                                       window=_window(rows, order, span, cache.capacity))
             if graphs:  # a replay overwrites its outputs: keep copies of what the next step reads
                 loop = [t.clone() for t in loop]
             packed = packed.tolist()  # the one host sync
             mine = [(r, p) for r, p in zip(order, packed) if r in live]
-            outcome = rows.record([r for r, _ in mine], [p for _, p in mine], tau, width)
-            feeds = after(rows, [r for r, _ in mine], outcome.rows, outcome.event) if after is not None else None
-            if refeed is not None:
-                loop[0], loop[1], group["group"] = refeed(rows, order, feeds)
+            outcome = rows.record([r for r, _ in mine], [p for _, p in mine], tau, B)
             rows.still_active()
             n_live = len(rows.active)
             if 0 < n_live and _bucket(n_live) < len(order):

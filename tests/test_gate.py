@@ -94,7 +94,7 @@ def test_a_compiled_forward_promised_no_masks_is_the_base_graph(monkeypatch):
 
 
 def test_a_compiled_ar_decode_promises_no_masks_and_mars_does_not(tokenizer, monkeypatch):
-    """`run_static` enters `no_masks` for every forward of an AR decode (B = 1), never for MARS."""
+    """`decode_compiled` enters `no_masks` for every forward of an AR decode (B = 1), never for MARS."""
     from conftest import make_model
     from mars_core import decode_compiled as dc
 
