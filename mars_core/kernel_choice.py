@@ -4,7 +4,7 @@ oneDNN's prepacked matmul (`cpu.prepack`) made float32 forwards faster on the AM
 on, and bf16 ones on an Intel Xeon with AMX; on that Xeon it made float32 forwards slower (one token
 over 256 cached: 60.2 ms packed against 44.8 plain; docs/exact-step.md). Which kernel wins depends
 on the CPU and the dtype, so "auto" times both, once per model shape, dtype, CPU, torch and thread
-count (the key of `fastest.machine_key`), keeps the answer on disk and packs only if it won.
+count (the key of `timing.machine_key`), keeps the answer on disk and packs only if it won.
 
 The measure: the median eager forward of 1 and of 12 new tokens over 256 cached ones (an AR step
 and a typical exact MARS step; a gated model's wide window holds masks), plain then packed, the
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .cpu import PackedLinear, prepack
-from .fastest import cached, timed_widths, machine_key
+from .timing import cached, machine_key, timed_widths
 from .prompts import context_limit
 
 WIDTHS = (1, 12)
