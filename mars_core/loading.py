@@ -21,8 +21,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
 
 from . import packaged
-from .cpu import cpu_dtype, prepack as cpu_prepack
-from .kernel_choice import choose_prepack
+from .cpu import cpu_dtype
+from .kernel_choice import apply_prepack
 from .gate import GATE_FILE, load_gate
 from .prompts import MASK_TOKEN
 
@@ -144,7 +144,7 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
     inference only); "auto" does so only where it measures faster on this CPU and dtype (timed once,
     kept on disk: `mars_core.kernel_choice`); elsewhere a warning says it did nothing.
     """
-    if prepack not in (True, False, "auto"):
+    if prepack not in (True, False, "auto"):  # before any download or load
         raise ValueError(f"prepack must be True, False or 'auto'; got {prepack!r}")
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ValueError("name_or_path must be a non-empty folder path or hub id")
@@ -188,7 +188,7 @@ def load_model(name_or_path: str, *, dtype: torch.dtype | str | None = None, dev
     if local and os.path.isfile(os.path.join(name, GATE_FILE)):  # a mask-gated fine-tune: adapters on the base
         load_gate(model, os.path.join(name, GATE_FILE))
     if prepack:  # last: resizing the embeddings for the mask token would leave a stale packed lm_head
-        _, pack_note = choose_prepack(model) if prepack == "auto" else cpu_prepack(model)
+        pack_note = apply_prepack(model, prepack)
         note = "; ".join(x for x in (note, pack_note) if x) or None
     model.mars_dtype_note = note  # read by the app's model header
     if note:

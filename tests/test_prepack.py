@@ -156,3 +156,15 @@ def test_auto_measures_once_per_machine_and_shape(monkeypatch, tmp_path):
 def test_load_model_refuses_an_unknown_prepack():
     with pytest.raises(ValueError, match="prepack must be True, False or 'auto'"):
         load_model(os.path.join(ROOT, "assets", "models", "tiny-mars"), prepack="yes")
+
+
+def test_auto_leaves_a_packed_model_packed(monkeypatch, tmp_path):
+    """Timing a packed model "plain" would time its packed layers, then unpack it on the way out."""
+    monkeypatch.setenv("MARS_CACHE", str(tmp_path))
+    _timings(monkeypatch, plain=1.0, packed=2.0)
+    from mars_core.kernel_choice import apply_prepack
+
+    model = make_model("llama", 96)
+    assert apply_prepack(model, True) is None
+    assert apply_prepack(model, "auto") is None
+    assert any(isinstance(m, PackedLinear) for m in model.modules())

@@ -55,9 +55,8 @@ def build_model(result, init: str | None = None, prepack: bool | str = False):
     """(model, tokenizer) of a run's result: the AR checkpoint with the trained weights (paper) or
     with the trained adapters attached (gated), in eval mode. `prepack`: as `load_model`'s."""
     from mars_core import load_model
-    from mars_core.cpu import prepack as cpu_prepack
     from mars_core.gate import attach_gate, load_gate_state
-    from mars_core.kernel_choice import choose_prepack
+    from mars_core.kernel_choice import apply_prepack
 
     model, tok = load_model(init or BUNDLED_AR, dtype=torch.float32, device="cpu")
     if result.recipe.objective == "paper":
@@ -66,8 +65,7 @@ def build_model(result, init: str | None = None, prepack: bool | str = False):
         attach_gate(model, tok.mask_token_id, result.recipe.rank, dtype=torch.float32)
         load_gate_state(model, result.state)
     model.eval()
-    if prepack:  # last: a packed layer is derived from the weights loaded above
-        choose_prepack(model) if prepack == "auto" else cpu_prepack(model)
+    apply_prepack(model, prepack)  # last: a packed layer is derived from the weights loaded above
     return model, tok
 
 
