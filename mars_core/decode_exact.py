@@ -70,6 +70,15 @@ def _context(model: PreTrainedModel, rows: Rows, extra: int, mask_id: int,
     return CursorContext(model, n, capacity, mask_id, pad_id, rows.device)
 
 
+def _read_columns(row: list[float]) -> tuple[int, list[int]]:
+    """A committed row's decoder columns (`RowOutcome.extra`): [j] (spec), or [j, has a group,
+    the group's B - 1 new drafts] (lossless) -> (j, the new drafts; none without a group)."""
+    j = int(row[0])
+    if len(row) < 2 or not row[1]:
+        return j, []
+    return j, [int(t) for t in row[2:]]
+
+
 @torch.no_grad()
 def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
                  draft_model: PreTrainedModel | None = None, drafter: Drafter | None = None) -> Iterator[StepEvent]:
@@ -120,17 +129,18 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
                                                      cfg.temperature, noise, cap)
             n_block = torch.where(has_group, n_block, torch.ones_like(n_block))
             new_q = None
-            extra = j[:, None]
+            extra = j[:, None]  # `_read_columns`: j alone
         else:
             block = bonus[:, None]
             block_conf = confidence(probs[at, j][:, None], block, cfg.metric)
             n_block = torch.ones_like(j)
             new_drafts, new_q = choose_tokens(group, cfg.temperature, noise)  # (R, B - 1), (R, B - 1, V)
-            extra = torch.cat([j[:, None], has_group[:, None], new_drafts], dim=1)
+            extra = torch.cat([j[:, None], has_group[:, None], new_drafts], dim=1)  # `_read_columns`
         tokens, conf, n = after_drafts(d, draft_confidence(probs, d, cfg.metric), j, block, block_conf, n_block)
         step = rows.commit(live, tokens, conf, n, tau, extra)
         event, emitted = step.event, step.taken
-        js = [int(o.extra[0]) for o in step.rows]
+        columns = [_read_columns(o.extra) for o in step.rows]
+        js, new = [j for j, _ in columns], [n for _, n in columns]
         event.verified = [0] * len(rows.prompts)
         for r, a, e in zip(live, js, emitted):
             event.verified[r] = min(a, len(e))
@@ -141,7 +151,6 @@ def decode_exact(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: int,
         rows.stats.accepted_drafts += sum(js)
         target.keep(js)
         feed = [e[a:] for e, a in zip(emitted, js)]
-        new = [[int(t) for t in o.extra[2:]] if len(o.extra) > 1 and o.extra[1] else [] for o in step.rows]
         drafter.update(js, emitted, new, None if rows.random is None else new_q)
         keep = rows.still_active()
         target.select(keep)
