@@ -165,8 +165,8 @@ def fuse_siblings(model) -> int:
     n = 0
     for module in model.modules():
         for names in SIBLINGS:
-            layers = [getattr(module, name, None) for name in names]
-            if all(isinstance(m, GatedLinear) for m in layers):
+            layers = [m for m in (getattr(module, name, None) for name in names) if isinstance(m, GatedLinear)]
+            if len(layers) > 1:  # a gate on some of them (q and v, say) stacks those
                 group = Siblings(layers)
                 for i, m in enumerate(layers):
                     m.siblings, m.sibling_index = group, i

@@ -452,3 +452,27 @@ def test_a_loaded_gate_follows_new_adapter_values():
     ids = torch.tensor([[7, 9, MASK, MASK, MASK]])
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, second(ids).logits, atol=1e-5)
+
+
+def test_a_gate_on_some_matrices_stacks_the_siblings_it_has():
+    """A gate on q and v only (k left the base's) stacks q with v: each still gets its own delta."""
+    from mars_core.gate import fuse_siblings
+
+    model = tiny_llama()
+    _randomise(attach_gate(model, MASK, rank=3, trainable=True, matrices=("q_proj", "v_proj", "up_proj")), seed=5)
+    layers = wrapped_layers(model)
+    assert not any(".k_proj" in k or ".gate_proj" in k for k in layers)
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        want = {k: (x @ m.lora_a.T) @ m.lora_b.T for k, m in layers.items()}
+        assert fuse_siblings(model) == len(model.model.layers)  # (q, v); up has no wrapped sibling
+        for k, m in layers.items():
+            assert (m.siblings is None) == (".up_proj" in k), k
+            assert torch.allclose(m.delta(x), want[k], atol=1e-5), k
+
+
+def test_the_stage_adapts_only_the_matrices_asked(tmp_path, tiny_model_dir, tokenizer):
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "qv", "--max-steps", "1", "--matrices", "q_proj,v_proj") == 0
+    keys = torch.load(tmp_path / "qv" / "latest.pt")["gate"]
+    assert {k.split(".")[-3] for k in keys if k.endswith(".lora_a")} == {"q_proj", "v_proj"}
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "bad", "--matrices", "q_proj,wq") == 2  # a clear error

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from mars_core import load_model
-from mars_core.gate import attach_gate, gate_state, load_gate_state
+from mars_core.gate import MATRICES, attach_gate, gate_state, load_gate_state
 from training.checkpoint import write_json
 from training.frozen_stage import lr_at, read_examples
 from training.gated_layout import anchors, group_layout, with_targets
@@ -113,7 +113,9 @@ def train(args) -> None:
     # fp32 adapters (the optimizer's master weights), cast at use
     model, tokenizer = load_model(args.base, dtype=getattr(torch, args.dtype), device=device)
     model.requires_grad_(False)
-    params = attach_gate(model, tokenizer.mask_token_id, args.rank, args.layers, trainable=True, dtype=torch.float32)
+    matrices = tuple(m.strip() for m in args.matrices.split(",")) if args.matrices else MATRICES
+    params = attach_gate(model, tokenizer.mask_token_id, args.rank, args.layers, trainable=True, dtype=torch.float32,
+                         matrices=matrices)
     examples = read_examples(args.data, tokenizer.eos_token_id, args.max_len, args.first)
     if not examples:
         raise ValueError(f"{args.data} has no training records (held-out ids and empty answers are skipped)")
@@ -195,6 +197,8 @@ def parser() -> argparse.ArgumentParser:
                                                "its CPU-minutes continue); a folder with latest.pt resumes instead")
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--layers", type=int, default=None, help="gate the top N decoder layers (default: all)")
+    p.add_argument("--matrices", default=None,
+                   help=f"the adapted matrices of each gated layer, comma-separated (default: all, {','.join(MATRICES)})")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-distance", type=int, default=None, help="train distances 2..min(B, this)")
     p.add_argument("--groups", type=int, default=64,
