@@ -24,7 +24,8 @@ def machine_key(model: PreTrainedModel, batch: int) -> str:
     cfg = model.config
     parts = [cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, getattr(cfg, "intermediate_size", 0),
              cfg.vocab_size, str(p.dtype), str(p.device), torch.__version__, torch.get_num_threads(), batch,
-             platform.machine(), _cpu_name(), _kernel_kind(model.model.layers[0].self_attn.q_proj), CURVE_FORMAT]
+             platform.machine(), _cpu_name(), _kernel_kind(model.model.layers[0].self_attn.q_proj), _gate_shape(model),
+             CURVE_FORMAT]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
 
@@ -35,6 +36,17 @@ def _kernel_kind(layer) -> str:
     if base is None:
         return type(layer).__name__
     return f"{type(layer).__name__}({type(base).__name__}, stacked={getattr(layer, 'siblings', None) is not None})"
+
+
+def _gate_shape(model) -> list | None:
+    """A mask gate's rank and wrapped weights (a gate on five matrices or on fewer layers runs fewer
+    adapters a forward than one on all), None without a gate."""
+    from .gate import wrapped_layers
+
+    layers = wrapped_layers(model)
+    if not layers:
+        return None
+    return [next(iter(layers.values())).lora_a.shape[0], sorted(layers)]
 
 
 def _cpu_name() -> str:

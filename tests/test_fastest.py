@@ -164,3 +164,19 @@ def test_the_curves_unit_is_a_forward_of_the_base_and_its_windows_hold_masks():
     assert timed.count((1, 0, True)) == 3  # the unit, a warm-up and 2 rounds: no mask, the adapters skipped
     assert timed.count((4, 2, False)) == 3  # the root, a draft, then masks: the adapters run
     assert len(timed) == 6
+
+
+def test_a_cost_curve_is_kept_per_gate_shape():
+    """A gate on fewer matrices, fewer layers or another rank runs other adapters a forward: a curve
+    measured on one must not serve another (the kernel kind alone reads only the first q_proj)."""
+    from test_frozen_layers import tiny_llama
+    from mars_core.gate import attach_gate, fuse_siblings
+
+    keys = set()
+    for kw in (dict(rank=2), dict(rank=3), dict(rank=2, layers=2), dict(rank=2, matrices=("q_proj", "v_proj"))):
+        model = tiny_llama()
+        attach_gate(model, 5, **kw)
+        fuse_siblings(model)
+        keys.add(fastest.machine_key(model, 1))
+    assert len(keys) == 4
+
