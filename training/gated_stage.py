@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from mars_core import load_model
-from mars_core.gate import MATRICES, attach_gate, gate_state, load_gate_state
+from mars_core.gate import GATE_FILE, MATRICES, attach_gate, gate_state, load_gate_state, read_gate
 from training.checkpoint import write_json
 from training.frozen_stage import lr_at, read_examples
 from training.gated_layout import anchors, group_layout, with_targets
@@ -83,6 +83,33 @@ def example_loss(model, ids: list[int], start: int, args, weights: torch.Tensor,
     return loss, stats
 
 
+def read_init(path: str, mask_id: int) -> dict:
+    """{"gate", "state"} to start from: a gated run's latest.pt or snapshot, or a shipped model
+    folder (or its gate.safetensors) on a new machine where the run's folder is gone; a folder's
+    CPU-minutes come from its training_config.json."""
+    folder = path if os.path.isdir(path) else None
+    if folder or path.endswith(".safetensors"):
+        gate_file = os.path.join(folder, GATE_FILE) if folder else path
+        if not os.path.isfile(gate_file):
+            raise ValueError(f"--init {path}: no {GATE_FILE} there (give a gated model folder, a run's latest.pt or a snapshot)")
+        gate, stored_mask = read_gate(gate_file)
+        if stored_mask != mask_id:
+            raise ValueError(f"--init {path}: its gate fires on token {stored_mask}, this base's mask token is {mask_id}")
+        config = os.path.join(os.path.dirname(gate_file), "training_config.json")
+        saved = {}
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8") as f:
+                saved = json.load(f)
+        return {"gate": {k: v.float() for k, v in gate.items()},
+                "state": {"cpu_minutes": saved.get("cpu_minutes", 0.0), "minutes": saved.get("minutes", 0.0)}}
+    if not os.path.isfile(path):
+        raise ValueError(f"--init {path}: no such file (give a gated run's latest.pt, a snapshot or a gated model folder)")
+    start = torch.load(path, map_location="cpu")
+    if "gate" not in start:
+        raise ValueError(f"--init {path} is not a gated stage's snapshot")
+    return start
+
+
 def save(out: str, model, optimizer, state: dict) -> None:
     """OUT/latest.pt (adapters, optimizer, loop state) and OUT/snapshots/stepN.pt (adapters, state), atomically."""
     gate = gate_state(model)
@@ -128,12 +155,8 @@ def train(args) -> None:
     latest = os.path.join(args.out, "latest.pt")
     run_args = {k: v for k, v in vars(args).items()}
     if args.init and not os.path.isfile(latest):  # another run's adapters, a fresh optimizer and schedule
-        if not os.path.isfile(args.init):
-            raise ValueError(f"--init {args.init}: no such file (give a gated run's latest.pt or a snapshot)")
-        start = torch.load(args.init, map_location=device)
-        if "gate" not in start:
-            raise ValueError(f"--init {args.init} is not a gated stage's snapshot")
-        load_gate_state(model, start["gate"])
+        start = read_init(args.init, tokenizer.mask_token_id)
+        load_gate_state(model, {k: v.to(device) for k, v in start["gate"].items()})
         state["cpu_minutes"] = start["state"].get("cpu_minutes", 0.0)  # the clock counts all CPU since the base
         state["minutes"] = start["state"].get("minutes", 0.0)
     if os.path.isfile(latest):
@@ -193,8 +216,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="a training.distill file (the base's own answers)")
     p.add_argument("--out", required=True)
     p.add_argument("--first", type=int, default=None, help="train on the data file's first N records")
-    p.add_argument("--init", default=None, help="start from another gated run's adapters (fresh optimizer and schedule; "
-                                               "its CPU-minutes continue); a folder with latest.pt resumes instead")
+    p.add_argument("--init", default=None, help="start from another gated run's adapters, or a shipped gated model folder (fresh optimizer "
+                                               "and schedule; its CPU-minutes continue); an --out with latest.pt resumes instead")
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--layers", type=int, default=None, help="gate the top N decoder layers (default: all)")
     p.add_argument("--matrices", default=None,
