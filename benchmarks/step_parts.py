@@ -10,6 +10,8 @@ host read:
 - `ar`: the AR model's forward of one token (what every AR decode step costs);
 - `window`: the AR model's forward of the exact step's window (root, `nodes` drafts, `groups`
   groups of B - 1 masks), no verification: what the width costs without a gate;
+- `step on the AR model`: the same step on the AR model (its masks run through the base): what
+  verification and the path's move add to `window`;
 - `step`: the whole exact step on the MARS model (`exact_step.window_step`: forward, verification,
   the path's key/values moved);
 - `step, adapters unstacked`: the same with a mask-gated model's sibling adapters run one matmul
@@ -53,8 +55,17 @@ def window_of(nodes: int, groups: int, n_masks: int, mask_id: int, pad_id: int):
     return build_window([plan], [[pad_id]], nodes, groups, mask_id, pad_id, "cpu")
 
 
+def profiled(fn, repeats: int, top: int) -> str:
+    """The profiler's top operators by self CPU time over `repeats` calls of compiled `fn`."""
+    fn(), fn()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            fn()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+
+
 def measure(ar_model, mars_model, mask_id: int, pad_id: int, *, block_size: int, nodes: int, groups: int,
-            context: int, repeats: int, compile: bool = True) -> dict[str, float]:
+            context: int, repeats: int, compile: bool = True, profile: int = 0) -> dict[str, float]:
     M = block_size - 1
     w = window_of(nodes, groups, M, mask_id, pad_id)
     cursor, window = torch.tensor([context]), 1 << (context + w.ids.shape[1]).bit_length()
@@ -68,19 +79,27 @@ def measure(ar_model, mars_model, mask_id: int, pad_id: int, *, block_size: int,
     ar_cache, mars_cache = cache(ar_model), cache(mars_model)
     one, at = torch.tensor([[pad_id]]), torch.tensor([[context]])
 
-    def step():
-        return window_step(mars_model, mars_cache, w, cursor, **rest, n_masks=M, depth=M, topk=8,
-                           max_accept=None, metric="probability", window=window)
+    def step_on(model, kv):
+        return lambda: window_step(model, kv, w, cursor, **rest, n_masks=M, depth=M, topk=8,
+                                   max_accept=None, metric="probability", window=window)
 
+    step = step_on(mars_model, mars_cache)
     rows = {
         "ar": lambda: _forward(ar_model, ar_cache, one, at, torch.tensor([[0]]), window),
         "window": lambda: window_forward(ar_model, ar_cache, w, cursor, M, window),
+        # the same step on the AR model: what verification and the path's move add to the window,
+        # so that `step` minus this row is what the gate costs
+        "step on the AR model": step_on(ar_model, ar_cache),
         "step": step,
     }
     out = {}
     with torch.no_grad():
         for name, fn in rows.items():
             out[name] = timed(run(fn), repeats)
+        if profile:
+            for name in ("step on the AR model", "step"):
+                print(f"## {name}: top {profile} operators by self CPU time over {repeats} calls\n"
+                      + profiled(run(rows[name]), repeats, profile))
         stacked = [m for m in wrapped_layers(mars_model).values() if m.siblings is not None]
         if stacked:
             groups = [m.siblings for m in stacked]
@@ -106,6 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--context", type=int, default=200, help="cached tokens before the window")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--eager", action="store_true", help="no torch.compile (a quick check of the harness)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also print the top N operators of both steps under torch.profiler")
     args = p.parse_args(argv)
     try:
         nodes, groups = (int(x) for x in args.draft.split(","))
@@ -116,7 +137,8 @@ def main(argv=None) -> int:
     ar_model, tok = load_model(args.ar_model, dtype=args.dtype, prepack=args.prepack)
     mars_model, mtok = load_model(args.mars_model, dtype=args.dtype, prepack=args.prepack)
     times = measure(ar_model, mars_model, mtok.mask_token_id, tok.pad_token_id or 0, block_size=args.block_size, nodes=nodes,
-                    groups=groups, context=args.context, repeats=args.repeats, compile=not args.eager)
+                    groups=groups, context=args.context, repeats=args.repeats, compile=not args.eager,
+                    profile=args.profile)
     print(f"| compiled: {not args.eager}, {args.dtype}, prepack {args.prepack}, window of {nodes} nodes and {groups} "
           f"groups, {args.context} cached tokens, {torch.get_num_threads()} threads | ms | x ar |\n|---|---:|---:|")
     for name, ms in times.items():
