@@ -400,22 +400,26 @@ def test_init_starts_from_another_runs_adapters_and_continues_its_clock(tmp_path
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "third", "--init", str(tmp_path / "nothing.pt")) == 2
 
 
-def test_init_from_a_shipped_gate_folder_on_a_machine_without_the_run(tmp_path, tiny_model_dir, tokenizer):
+@pytest.mark.parametrize("bits", [16, 4])
+def test_init_from_a_shipped_gate_folder_on_a_machine_without_the_run(tmp_path, tiny_model_dir, tokenizer, bits):
     """A new machine has the exported gate (assets/models/<name>/gate.safetensors) but not the run's
-    folder: --init takes the folder, its bf16 adapters and its recorded CPU-minutes."""
+    folder: --init takes the folder, its stored adapters (bf16 or 4 bits) and its recorded CPU-minutes."""
     import json
 
     from training.gate_export import export
 
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "first", "--max-steps", "2") == 0
     folder = tmp_path / "shipped"
-    export(str(tmp_path / "first" / "latest.pt"), str(folder), tiny_model_dir)
+    export(str(tmp_path / "first" / "latest.pt"), str(folder), tiny_model_dir, bits=bits)
+    stored, _ = read_gate(str(folder / "gate.safetensors"))
     (folder / "training_config.json").write_text(json.dumps({"cpu_minutes": 12.5}))
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "second", "--init", str(folder), "--max-steps", "1",
                   "--lr", "0") == 0
     first, second = torch.load(tmp_path / "first" / "latest.pt"), torch.load(tmp_path / "second" / "latest.pt")
     for k in first["gate"]:
-        assert torch.equal(first["gate"][k].to(torch.bfloat16).float(), second["gate"][k]), k
+        assert torch.equal(stored[k].float(), second["gate"][k]), k
+        if bits == 16:
+            assert torch.equal(first["gate"][k].to(torch.bfloat16).float(), second["gate"][k]), k
     assert second["state"]["cpu_minutes"] >= 12.5
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "third", "--init", str(tmp_path / "first")) == 2  # no gate file
 
