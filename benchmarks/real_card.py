@@ -52,6 +52,30 @@ def kept_training_section(card_path: str) -> list[str]:
     return lines[start:end]
 
 
+CONTINUED = "### Continued from the shipped gate"
+
+
+def continued_from(targs: dict) -> str | None:
+    """The shipped model folder a gated run continued from (`gated_stage --init FOLDER`, which holds
+    a training_config.json), or None: that folder's run is gone, its card is the record of it."""
+    init = targs.get("init")
+    return init if init and os.path.isfile(os.path.join(init, "training_config.json")) else None
+
+
+def continuation(kept: list[str], targs: dict, log: list[dict], curve: list[dict] | None) -> list[str]:
+    """The card's training record of the earlier stages as it was written (up to an earlier
+    continuation's subsection, which this one replaces), then this run: its stage, the CPU-minutes
+    of all stages, and its own curve."""
+    if CONTINUED in kept:
+        kept = kept[: kept.index(CONTINUED)]
+    total = log[-1].get("cpu_minutes") if log else None
+    lines = [*kept, CONTINUED, "", _stage_line(targs, log, first=False)]
+    if total is not None:
+        lines += ["", f"{total:.0f} CPU-minutes in all, every stage ({_threads(targs.get('threads'))} of "
+                      f"{cpu_name()} for this one)."]
+    return lines + ["", curve_caption(targs), "", curve_table(curve), ""]
+
+
 def legend(summary: dict) -> list[str]:
     """What the lossless columns' names mean (`benchmarks.real_eval.settings` names them), as lines
     to put under a table; none when only plain lossless ran."""
@@ -273,9 +297,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.step is not None:  # the run went on after the snapshot this card describes
             log = [r for r in log if r["step"] <= args.step]
             curve = [c for c in curve or [] if int(c["snapshot"].split()[-1]) <= args.step]
-        training = ["## Training (measured)", "", *training_lines(args.run, targs, log), "",
-                    "### Training curve", "",
-                    curve_caption(targs), "", curve_table(curve), ""]
+        if continued_from(targs):
+            try:
+                training = continuation(kept_training_section(os.path.join(args.out, "README.md")), targs, log, curve)
+            except ValueError as e:
+                p.error(str(e))
+        else:
+            training = ["## Training (measured)", "", *training_lines(args.run, targs, log), "",
+                        "### Training curve", "",
+                        curve_caption(targs), "", curve_table(curve), ""]
     body = [intro, "", *training]
     if si:
         n = si.get("ar", next(iter(si.values())))["overall"]["n"]
@@ -303,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         config = {"status": "finished", "stage": "mars",
                   "args": {**recipe, "stage": "mars", "data_file": targs.get("data"), "data": "smollm2-self-distilled"},
                   "steps": last.get("step"), "minutes": last.get("minutes")}
+        if "cpu_minutes" in last:  # `gated_stage --init FOLDER` continues the count from here
+            config["cpu_minutes"] = round(last["cpu_minutes"], 1)
         with open(os.path.join(args.out, "training_config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=1)
     with open(os.path.join(args.out, "eval_summaries.json"), "w", encoding="utf-8") as f:

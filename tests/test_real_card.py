@@ -124,3 +124,36 @@ def test_a_card_without_a_run_or_an_earlier_card_is_refused_in_one_line(tmp_path
     else:
         raise AssertionError("a card with no training record was written")
     assert "--run" in capsys.readouterr().err
+
+
+def test_a_run_continued_from_the_shipped_folder_keeps_that_cards_record_and_adds_its_own(tmp_path):
+    """`gated_stage --init assets/models/<name>`: the earlier run is gone on this machine, so its card's
+    training section stays as written; this run's stage, the CPU-minutes of both and its curve follow,
+    once however often the card is refreshed, and training_config.json carries the CPU-minutes on."""
+    out = tmp_path / "card"
+    out.mkdir()
+    (out / "README.md").write_text("# old\n\n## Training (measured)\n\n- 1295 optimizer steps, soft targets.\n\n"
+                                   "353 CPU-minutes in all.\n\n### Training curve\n\n| step 1295 | 352.8 | 1.496 |\n\n"
+                                   "## Quality where it can be checked\n")
+    (out / "training_config.json").write_text(json.dumps({"cpu_minutes": 353.0}))
+    run = tmp_path / "hard"
+    (run / "curve").mkdir(parents=True)
+    (run / "args.json").write_text(json.dumps({"init": str(out), "targets": "hard", "accum": 8, "rank": 16,
+                                               "lr": 0.001, "epochs": 1.0, "threads": 2, "block_size": 4}))
+    (run / "log.jsonl").write_text("".join(json.dumps({"step": s, "minutes": s, "cpu_minutes": 353.0 + s, "hard": 1.5}) + "\n"
+                                           for s in (1, 153, 200)))
+    (run / "curve" / "curve.json").write_text(json.dumps([{"snapshot": "step 153", "minutes": 506.0, "cpu": True, "chain all": 1.79},
+                                                          {"snapshot": "step 200", "minutes": 553.0, "cpu": True, "chain all": 1.8}]))
+    intro = tmp_path / "intro.md"
+    intro.write_text("# card")
+    args = ["--run", str(run), "--step", "153", "--intro", str(intro), "--out", str(out),
+            "--known", _summary(tmp_path / "known", {"ar": {"known-answers": _cell(40, 0.7)}})]
+    assert real_card.main(args) == 0
+    card = (out / "README.md").read_text()
+    assert "- 1295 optimizer steps, soft targets." in card and "| step 1295 | 352.8 | 1.496 |" in card
+    assert card.count(real_card.CONTINUED) == 1 and "Then 153 optimizer steps of 8 examples" in card
+    assert "506 CPU-minutes in all, every stage" in card and "| step 153 | 506.0 | 1.790 |" in card
+    assert "step 200" not in card and card.index("1.496") < card.index(real_card.CONTINUED)
+    assert json.loads((out / "training_config.json").read_text())["cpu_minutes"] == 506.0
+    assert real_card.main(args) == 0
+    assert (out / "README.md").read_text() == card
