@@ -319,7 +319,7 @@ def save_gate(model, path: str, dtype: torch.dtype = torch.bfloat16, bits: int |
     meta = {"format": "pt", "mask_token_id": str(gate_of(model).mask_id)}
     if bits == 4:
         embedding = state.pop(EMBEDDING)
-        state = {**pack_state(state), EMBEDDING: embedding.to(dtype).contiguous()}
+        state = {**pack_state(state, dtype), EMBEDDING: embedding.to(dtype).contiguous()}
         meta["gate_storage"] = STORAGE
     else:
         state = {k: v.to(dtype).contiguous() for k, v in state.items()}

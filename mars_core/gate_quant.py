@@ -14,7 +14,7 @@ One tensor, flattened and cut into groups of GROUP consecutive values (row-major
 
 A tensor stores as `NAME.q4` (uint8, shape (..., last / 2): it keeps the tensor's shape),
 `NAME.lo` and `NAME.step` (float16, one per group). A tensor whose size is not a whole number of
-groups, or whose last dimension is odd, cannot take this form: `packable` says which can.
+groups, or whose last dimension is odd, cannot take this form (`packable`): it is stored as it is.
 """
 from __future__ import annotations
 
@@ -56,9 +56,16 @@ def dequantize(codes: torch.Tensor, lo: torch.Tensor, step: torch.Tensor) -> tor
     return x.reshape(*codes.shape[:-1], codes.shape[-1] * 2)
 
 
-def pack_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every tensor of `state` in 4 bits: NAME.q4, NAME.lo, NAME.step."""
-    return {name + suffix: part.contiguous() for name, x in state.items() for suffix, part in zip(SUFFIXES, quantize(x))}
+def pack_state(state: dict[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+    """Every tensor of `state` in 4 bits (NAME.q4, NAME.lo, NAME.step), except one that cannot take
+    that form (`packable`: a tiny model's adapter), which is stored as it is, in `dtype`."""
+    out = {}
+    for name, x in state.items():
+        if not packable(x):
+            out[name] = x.to(dtype).contiguous()
+            continue
+        out.update({name + suffix: part.contiguous() for suffix, part in zip(SUFFIXES, quantize(x))})
+    return out
 
 
 def unpack_state(stored: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -332,11 +332,15 @@ def test_a_gated_name_is_the_base_with_its_gate_and_the_base_file_is_not_copied(
     assert (made / "README.md").read_text() == "card" and (made / "gate.safetensors").is_file()
     base_file = tmp_path / "cache" / "models" / "tiny-packaged" / "model.safetensors"
     assert os.path.samefile(made / "model.safetensors", base_file)  # linked: the base is never changed
+    from mars_core.gate import install_gate
+
+    stored = load_model("tiny-packaged")[0]
+    install_gate(stored, read_gate(str(folder / "gate.safetensors"))[0], tok.mask_token_id)
     ids = torch.tensor([[7, 9, 11, tok.mask_token_id, tok.mask_token_id]])
     with torch.no_grad():
-        got, want = model(ids).logits, base(ids).logits
-    assert torch.equal(got[:, :3], want[:, :3])  # bf16 adapters: masks close, real tokens exact
-    torch.testing.assert_close(got[:, 3:], want[:, 3:], rtol=0.05, atol=0.05)
+        got, want, exported = model(ids).logits, base(ids).logits, stored(ids).logits
+    assert torch.equal(got[:, :3], want[:, :3])  # real tokens: the base, exactly
+    assert torch.equal(got, exported)  # masks: the stored (4-bit) gate, as exported
     assert (got[:, 3:] - load_model("tiny-packaged")[0](ids).logits[:, 3:]).abs().amax() > 1e-3
 
 

@@ -85,6 +85,21 @@ def _stored_bytes(path) -> int:
         return sum(f.get_tensor(k).nbytes for k in f.keys() if k != EMBEDDING)
 
 
+def test_an_adapter_too_small_for_whole_groups_is_stored_as_it_is(tmp_path):
+    model = tiny_llama()
+    _randomise(attach_gate(model, MASK, rank=1, trainable=True))  # A: 1 x 32 = 32 values, half a group
+    path = str(tmp_path / "gate.safetensors")
+    save_gate(model, path, dtype=torch.float32, bits=4)
+    with safe_open(path, "pt") as f:
+        plain = {k for k in f.keys() if not k.endswith((".q4", ".lo", ".step"))}
+    assert "model.layers.0.self_attn.q_proj.weight.lora_a" in plain  # (1, 32): kept
+    assert "model.layers.0.mlp.down_proj.weight.lora_a" not in plain  # (1, 64): packed
+    state, _ = read_gate(path)
+    trained = gate_state(model)
+    assert set(state) == set(trained)
+    assert torch.equal(state["model.layers.0.self_attn.q_proj.weight.lora_a"], trained["model.layers.0.self_attn.q_proj.weight.lora_a"])
+
+
 def test_a_4_bit_file_is_smaller_and_an_unknown_storage_is_refused(tmp_path):
     model = _gated()
     save_gate(model, str(tmp_path / "q4.safetensors"), bits=4)
