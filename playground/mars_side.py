@@ -2,8 +2,8 @@
 line that says what each mode gives on the loaded model.
 
 On the real pair the MARS side starts in "exact, fastest here" (`mars_core.fastest_exact`'s
-configuration): MARS at tau gives about one token per forward on real text with today's masks, so
-a first run in tau mode would show MARS doing nothing, while the exact mode pays (issue 52). On the
+configuration): MARS at tau gives 1.1-1.3 tokens per forward on real text with today's masks (the
+model card), so a first run in tau mode would show MARS doing little, while the exact mode pays (issue 52). On the
 bundled tiny pair it starts in tau mode, where the tiny model shows what MARS's training does:
 3.4 tokens per forward at tau 0.95 against 2.2 for the fastest exact configuration.
 """
