@@ -4,7 +4,11 @@ training), kept apart from Gradio's queue.
 Why not Gradio's queue: its `max_size` counts the waiting events of every concurrency id together,
 so one visitor's 20 queued sweeps made it refuse another visitor's generation while both decode
 slots sat idle. A long job therefore leaves Gradio's queue at once (its event has no concurrency
-limit there) and waits here instead, where the bounds are its own:
+limit there) and waits here instead, where the bounds are its own. "At once" is Gradio's loop's next
+turn: a burst of 20 submissions on a loaded 2-core CPU met Gradio's "Queue is full" for 3 of them
+in 2 runs of 5 (tests/test_app_queue.py sends its jobs one by one for that reason). And Gradio's
+/cancel cancels every task of a visitor's endpoint and awaits them all, so a waiting job cancelled
+beside a running one gives its place back when the running one ends.
 
 - `slots` jobs run at once, for all visitors; `kind_slots` caps a kind further (training: one run
   at a time server-wide, however many slots the other jobs have);
