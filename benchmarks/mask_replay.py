@@ -19,6 +19,7 @@ import json
 import os
 
 import torch
+from tqdm.auto import tqdm
 
 from mars_core import DecodeConfig, load_model
 from mars_core.fastest import replay, sample_of
@@ -39,11 +40,17 @@ CONFIGS = {
 }
 
 
+def samples_of(model, texts: list, mask_id: int, block_size: int) -> list:
+    """One forward per text, with progress on stderr (Spec-Bench's 480 take over an hour on 2 cores)."""
+    return [sample_of(model, text, first, mask_id, block_size)
+            for text, first in tqdm(texts, desc="forwards", unit="text", mininterval=10)]
+
+
 def summarise(samples, tokens: list[int], block_size: int) -> dict:
     """Tokens per forward of each config (tokens as real_eval counts them: EOS excluded, the forward
     that emits it counted) and the masks' top-1 accuracy per distance."""
     out = {}
-    for name, kw in CONFIGS.items():
+    for name, kw in tqdm(CONFIGS.items(), desc="replays", unit="config", mininterval=10):
         cfg = DecodeConfig(mode="lossless", block_size=block_size, **kw)
         forwards = sum(len(replay(s, cfg)) for s in samples)
         out[name] = round(sum(tokens) / forwards, 4)
@@ -78,7 +85,7 @@ def curve(args, model, tok, texts: list, tokens: list[int], mask_id: int) -> int
                 install_gate(model, saved["gate"], mask_id)
             else:
                 load_gate_state(model, saved["gate"])
-            samples = [sample_of(model, text, first, mask_id, args.block_size) for text, first in texts]
+            samples = samples_of(model, texts, mask_id, args.block_size)
             with open(path, "w", encoding="utf-8") as f:
                 json.dump(summarise(samples, tokens, args.block_size), f)
         with open(path, encoding="utf-8") as f:
@@ -128,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.curve:
         return curve(args, model, tok, texts, [r["tokens"] for r in ars], mask_id)
-    samples = [sample_of(model, text, first, mask_id, args.block_size) for text, first in texts]
+    samples = samples_of(model, texts, mask_id, args.block_size)
     result = {"model": args.model, "layers": args.layers, "n": len(samples),
               **summarise(samples, [r["tokens"] for r in ars], args.block_size)}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

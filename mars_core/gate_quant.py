@@ -38,6 +38,10 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     g = x.detach().float().reshape(-1, GROUP)  # (groups, GROUP)
     lo = g.amin(1).half()
     step = ((g.amax(1) - lo.float()) / 15).half()
+    if not (torch.isfinite(lo).all() and torch.isfinite(step).all()):  # NaN, inf, or past float16's 65,504
+        raise ValueError(f"a tensor of shape {tuple(x.shape)} cannot be stored in 4 bits: it holds NaN or "
+                         f"infinite values, or a range past float16's {torch.finfo(torch.float16).max:,.0f}; "
+                         "store it in 16 bits (training.gate_export --bits 16)")
     safe = torch.where(step > 0, step.float(), torch.ones_like(step, dtype=torch.float32))
     q = torch.round((g - lo.float()[:, None]) / safe[:, None]).clamp(0, 15).to(torch.uint8)
     q = q.reshape(-1, 2)  # (values / 2, 2): neighbours share a byte

@@ -49,6 +49,15 @@ def test_a_shape_that_cannot_take_4_bits_is_a_clear_error():
         dequantize(torch.zeros(2, 8, dtype=torch.uint8), torch.zeros(3, dtype=torch.float16), torch.zeros(3, dtype=torch.float16))
 
 
+@pytest.mark.parametrize("bad", [1e6, float("nan"), float("inf")])
+def test_a_value_float16_cannot_hold_is_a_clear_error(bad):
+    x = torch.zeros(2, GROUP)
+    x[1, 3] = bad  # lo and step are float16: 1e6 would be stored as inf and read back as NaN
+    with pytest.raises(ValueError, match="16 bits"):
+        quantize(x)
+    quantize(x.clamp(-6e4, 6e4).nan_to_num(0.0))  # inside float16's range it packs
+
+
 def _gated(seed=1):
     model = tiny_llama()
     # rank 4 on a width-32 model: every adapter is 4 x 32 or 32 x 4 (and the MLP's 64-wide ones), whole groups
