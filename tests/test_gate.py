@@ -378,8 +378,8 @@ def test_an_exported_gated_model_decodes_with_its_gate_and_a_stock_load_is_the_b
 
 
 def test_the_gpu_recipe_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir):
-    """The one command (prompts, their answers, the stage), here on the CPU with a tiny model; a
-    second run resumes rather than redoing anything."""
+    """The one command (prompts, their answers, the soft stage, the hard stage from its adapters),
+    here on the CPU with a tiny model; a second run resumes rather than redoing anything."""
     from training.gated_gpu import main
 
     argv = ["--out", str(tmp_path / "g"), "--base", tiny_model_dir, "--prompts", "9", "--max-new-tokens", "8",
@@ -387,9 +387,18 @@ def test_the_gpu_recipe_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir
     assert main(argv) == 0
     lines = (tmp_path / "g" / "distill.jsonl").read_text().splitlines()
     assert len(lines) == 9
-    state = torch.load(tmp_path / "g" / "stage" / "latest.pt")["state"]
-    assert state["step"] == state["total_steps"] == 2  # 8 training prompts (id 0 is held out), 4 a step
+    soft = torch.load(tmp_path / "g" / "stage" / "latest.pt")["state"]
+    assert soft["step"] == soft["total_steps"] == 2  # 8 training prompts (id 0 is held out), 4 a step
+    hard = torch.load(tmp_path / "g" / "stage-hard" / "latest.pt")["state"]
+    assert hard["step"] == hard["total_steps"] == 1  # half an epoch
+    assert (hard["args"]["targets"], hard["args"]["lr"], soft["args"]["targets"]) == ("hard", 1e-3, "soft")
+    assert hard["args"]["init"] == str(tmp_path / "g" / "stage" / "latest.pt")
+    assert hard["cpu_minutes"] >= soft["cpu_minutes"]  # the clock counts both stages
+    stamps = [os.path.getmtime(tmp_path / "g" / d / "latest.pt") for d in ("stage", "stage-hard")]
     assert main(argv) == 0 and len((tmp_path / "g" / "distill.jsonl").read_text().splitlines()) == 9
+    assert os.path.getmtime(tmp_path / "g" / "stage" / "latest.pt") == stamps[0]  # the soft stage is not run again
+    assert main(argv + ["--hard-share", "0"]) == 0  # soft only: its stage resumes, at its end already
+    assert main(argv + ["--hard-share", "1"]) == 2
 
 
 def test_init_starts_from_another_runs_adapters_and_continues_its_clock(tmp_path, tiny_model_dir, tokenizer):

@@ -7,7 +7,13 @@
 2. the base's own greedy answers to them (`training.distill`, batched on the cursor cache), to
    OUT/distill.jsonl; resumable, it skips the ids already there;
 3. the gated stage (`training.gated_stage`) on that file, at the paper's effective batch (384
-   examples a step), bf16 base and fp32 adapters, stopped at what is left of `--minutes`.
+   examples a step), bf16 base and fp32 adapters, soft targets (KL to the base), to OUT/stage;
+4. then hard targets (the answer's token) from its adapters at half its learning rate, to
+   OUT/stage-hard: the recipe the CPU measured best (docs/smollm2.md: soft targets teach the masks
+   what the base would say, hard ones make them confident enough for tau). `--hard-share` of the
+   minutes left after step 2 go to this stage (0: soft only, then OUT/stage is the result).
+
+Export the result with `python -m training.gate_export OUT/stage-hard/latest.pt FOLDER`.
 
 `accelerate` picks the device (one GPU; `accelerate launch` is not needed for one). Every part
 resumes: run the same command again. On a CPU it runs too (tiny `--prompts` for a smoke test).
@@ -47,7 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--epochs", type=float, default=4.0)
     p.add_argument("--minutes", type=float, default=10.0, help="the whole command's budget")
+    p.add_argument("--hard-share", type=float, default=0.25,
+                   help="the share of the training minutes for the hard-target stage (0 to 0.9)")
+    p.add_argument("--hard-epochs", type=float, default=0.5, help="the hard-target stage's schedule")
     args = p.parse_args(argv)
+    if not 0 <= args.hard_share <= 0.9:
+        print(f"error: --hard-share {args.hard_share}: give a share of the minutes from 0 to 0.9")
+        return 2
     from accelerate import Accelerator
 
     from mars_core import load_model
@@ -69,11 +81,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}")
         return 2
     left = args.minutes - (time.time() - began) / 60
-    print(f"distilled in {(time.time() - began) / 60:.1f} min; the stage gets {left:.1f}", flush=True)
-    return stage(["--base", args.base, "--data", data, "--out", os.path.join(args.out, "stage"), "--device", device,
-                  "--dtype", "bfloat16" if device != "cpu" else "float32", "--rank", str(args.rank),
-                  "--lr", str(args.lr), "--accum", str(args.accum), "--epochs", str(args.epochs),
-                  "--minutes", str(max(left, 0.5)), "--snapshot-minutes", "2", "--warmup", "5"])
+    print(f"distilled in {(time.time() - began) / 60:.1f} min; the stages get {left:.1f}", flush=True)
+    common = ["--base", args.base, "--data", data, "--device", device, "--rank", str(args.rank),
+              "--dtype", "bfloat16" if device != "cpu" else "float32", "--accum", str(args.accum),
+              "--snapshot-minutes", "2", "--warmup", "5"]
+    soft, hard = os.path.join(args.out, "stage"), os.path.join(args.out, "stage-hard")
+    if args.hard_share == 0 or not os.path.isfile(os.path.join(hard, "latest.pt")):  # once begun, hard goes on
+        code = stage(common + ["--out", soft, "--lr", str(args.lr), "--epochs", str(args.epochs),
+                               "--minutes", str(max(left * (1 - args.hard_share), 0.5))])
+        if code or args.hard_share == 0:
+            return code
+    left = args.minutes - (time.time() - began) / 60
+    return stage(common + ["--out", hard, "--init", os.path.join(soft, "latest.pt"), "--targets", "hard",
+                           "--lr", str(args.lr / 2), "--epochs", str(args.hard_epochs), "--minutes", str(max(left, 0.5))])
 
 
 if __name__ == "__main__":
