@@ -208,7 +208,7 @@ def test_each_group_predicts_what_a_plain_forward_of_prefix_and_masks_predicts(b
     with torch.no_grad():
         clean = model.model(input_ids=ids[None], use_cache=True)
         h = model.model(input_ids=g.ids, position_ids=g.pos, attention_mask=g.mask,
-                        past_key_values=clean.past_key_values).last_hidden_state
+                        cache=clean.past_key_values).last_hidden_state
         got = model.lm_head(h[0])
     top = block_size if max_distance is None else min(block_size, max_distance)
     row = 0
@@ -223,6 +223,38 @@ def test_each_group_predicts_what_a_plain_forward_of_prefix_and_masks_predicts(b
             assert g.source[row + j - 1] == p + j
         row += count
     assert row == g.ids.shape[1]
+
+
+def test_far_keep_ends_groups_early_at_the_documented_rate_and_each_stays_a_decoding_window():
+    n, B = 20, 4
+    many = torch.full((4000,), 5)
+    g = group_layout(many, n, B, MASK, far_keep=0.5, generator=torch.Generator().manual_seed(0))
+    counts = [(g.distance == d).sum().item() for d in (2, 3, 4)]
+    assert counts[0] == 4000 and abs(counts[1] - 2000) < 120 and abs(counts[2] - 1000) < 90  # 0.5, 0.5 ** 2
+    starts = (g.distance == 2).nonzero()[:, 0].tolist() + [len(g.distance)]
+    for a, b in zip(starts, starts[1:]):  # each group: distances 2, 3, .. with none skipped
+        assert g.distance[a:b].tolist() == list(range(2, 2 + b - a))
+    gen = torch.Generator().manual_seed(0)
+    state = gen.get_state()
+    whole = group_layout(many[:3], n, B, MASK, far_keep=1.0, generator=gen)
+    assert torch.equal(gen.get_state(), state) and len(whole.distance) == 9  # 1: nothing drawn, all kept
+    # truncated groups still compute what a plain forward of the prefix and that group's masks does
+    model = tiny_llama()
+    _randomise(attach_gate(model, MASK, rank=3, trainable=True))
+    ids = torch.randint(6, 64, (n,), generator=torch.Generator().manual_seed(3))
+    anchor = torch.tensor([5, 8, 11, 14])
+    g = with_targets(group_layout(anchor, n, B, MASK, far_keep=0.5, generator=torch.Generator().manual_seed(0)), ids)
+    assert sorted(set(g.distance.tolist())) == [2, 3, 4] and len(g.distance) < 12  # the seed gives mixed lengths
+    with torch.no_grad():
+        clean = model.model(input_ids=ids[None], use_cache=True)
+        h = model.model(input_ids=g.ids, position_ids=g.pos, attention_mask=g.mask,
+                        cache=clean.past_key_values).last_hidden_state
+        got = model.lm_head(h[0])
+        starts = (g.distance == 2).nonzero()[:, 0].tolist() + [len(g.distance)]
+        for p, a, b in zip(anchor.tolist(), starts, starts[1:]):
+            plain = torch.cat([ids[:p + 1], torch.full((b - a,), MASK)])[None]
+            torch.testing.assert_close(got[a:b], model(plain).logits[0, p + 1:], rtol=1e-4, atol=1e-4)
+            assert g.targets[a:b].tolist() == ids[p + 2:p + 2 + b - a].tolist()
 
 
 def test_anchors_cover_the_response_or_draw_without_replacement():
@@ -297,7 +329,7 @@ def test_the_soft_loss_is_the_kl_to_the_base_at_the_position_that_predicts_the_s
     _randomise(attach_gate(model, MASK, rank=3, trainable=True))
     ids = torch.randint(6, 64, (14,), generator=torch.Generator().manual_seed(5)).tolist()
     start, B = 6, 3
-    args = types.SimpleNamespace(groups=None, block_size=B, max_distance=None, targets="soft")
+    args = types.SimpleNamespace(groups=None, block_size=B, max_distance=None, far_keep=1.0, targets="soft")
     w = distance_weights("1,0.5", B)
     _, stats = example_loss(model, ids, start, args, w, torch.Generator(), contextlib.nullcontext)
     with torch.no_grad():

@@ -41,14 +41,23 @@ def anchors(start: int, n: int, count: int | None, generator: torch.Generator | 
 
 
 def group_layout(anchor: torch.Tensor, n: int, block_size: int, mask_id: int,
-                 max_distance: int | None = None) -> Groups:
-    """The masks after each anchor (distance 2 .. min(B, max_distance), targets inside the text)."""
+                 max_distance: int | None = None, far_keep: float = 1.0,
+                 generator: torch.Generator | None = None) -> Groups:
+    """The masks after each anchor (distance 2 .. min(B, max_distance), targets inside the text).
+
+    far_keep < 1 makes far masks cheaper (PARD's subsampling): each mask after the first is kept
+    with that chance if the one before it was, so a group ends early (distance 3 is in a share
+    far_keep of the groups, distance 4 in far_keep ** 2) and stays what decoding appends."""
     top = block_size if max_distance is None else min(block_size, max_distance)
     j = torch.arange(1, top)  # mask j predicts distance j + 1
     pos = (anchor[:, None] + j[None]).reshape(-1)  # (M,)
     group = torch.arange(len(anchor))[:, None].expand(-1, len(j)).reshape(-1)
     jj = j[None].expand(len(anchor), -1).reshape(-1)
     keep = pos + 1 <= n - 1  # a target exists
+    if far_keep < 1:
+        drawn = torch.rand(len(anchor), len(j) - 1, generator=generator) < far_keep  # (G, J - 1)
+        alive = torch.cat([torch.ones(len(anchor), 1, dtype=torch.bool), drawn.cumprod(1).bool()], 1)  # (G, J)
+        keep &= alive.reshape(-1)
     pos, group, jj = pos[keep], group[keep], jj[keep]
     M = len(pos)
     last_real = anchor[group]  # (M,)

@@ -53,7 +53,7 @@ def example_loss(model, ids: list[int], start: int, args, weights: torch.Tensor,
     n = len(ids)
     x = torch.tensor(ids, device=device)
     g = with_targets(group_layout(anchors(start, n, args.groups, gen), n, args.block_size, model.mars_gate.mask_id,
-                                  args.max_distance), x.cpu())
+                                  args.max_distance, args.far_keep, gen), x.cpu())
     g = g._replace(**{k: getattr(g, k).to(device) for k in ("ids", "pos", "mask", "targets", "source", "distance")})
     gate = model.mars_gate
     with torch.no_grad(), autocast(), gate.every(False):  # the clean text: the base, no adapter runs
@@ -224,6 +224,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"the adapted matrices of each gated layer, comma-separated (default: all, {','.join(MATRICES)})")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-distance", type=int, default=None, help="train distances 2..min(B, this)")
+    p.add_argument("--far-keep", type=float, default=1.0,
+                   help="keep each mask after a group's first with this chance, if the one before it was (PARD's "
+                        "subsampling of far masks; 1: all)")
     p.add_argument("--groups", type=int, default=64,
                    help="groups of masks per example per visit, after random response positions (0: all)")
     p.add_argument("--targets", choices=TARGETS, default="soft",
@@ -249,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.groups == 0:
         args.groups = None
+    if not 0 < args.far_keep <= 1:
+        print(f"error: --far-keep {args.far_keep}: give a chance above 0 and at most 1")
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     try:

@@ -209,7 +209,7 @@ def gated_run(recipe: LiveRecipe, on_event, stop, evaluator: Evaluator, clock: C
     params = attach_gate(model, tok.mask_token_id, recipe.rank, trainable=True, dtype=torch.float32)
     examples = gated_examples(tok, recipe)
     optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    args = SimpleNamespace(groups=recipe.groups, block_size=recipe.block_size, max_distance=None,
+    args = SimpleNamespace(groups=recipe.groups, block_size=recipe.block_size, max_distance=None, far_keep=1.0,
                            targets=recipe.targets)
     weights = distance_weights(None, recipe.block_size)
     total, curve, evals, at = recipe.steps, [], [], eval_steps(recipe.steps, recipe.evals)
