@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from mars_core import load_model
     from training.distill import distill, read_prompts
-    from training.gated_stage import main as stage
 
     began = time.time()
     device = str(Accelerator().device)
@@ -80,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}")
         return 2
+    print(f"distilled in {(time.time() - began) / 60:.1f} min", flush=True)
+    return train_stages(args, data, device, began)
+
+
+def train_stages(args, data: str, device: str, began: float) -> int:
+    """Soft targets, then hard ones from their adapters, in what is left of --minutes."""
+    from training.gated_stage import main as stage
+
     left = args.minutes - (time.time() - began) / 60
-    print(f"distilled in {(time.time() - began) / 60:.1f} min; the stages get {left:.1f}", flush=True)
     common = ["--base", args.base, "--data", data, "--device", device, "--rank", str(args.rank),
               "--dtype", "bfloat16" if device != "cpu" else "float32", "--accum", str(args.accum),
               "--snapshot-minutes", "2", "--warmup", "5"]
