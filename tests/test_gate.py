@@ -329,7 +329,7 @@ def test_the_soft_loss_is_the_kl_to_the_base_at_the_position_that_predicts_the_s
     _randomise(attach_gate(model, MASK, rank=3, trainable=True))
     ids = torch.randint(6, 64, (14,), generator=torch.Generator().manual_seed(5)).tolist()
     start, B = 6, 3
-    args = types.SimpleNamespace(groups=None, block_size=B, max_distance=None, far_keep=1.0, targets="soft")
+    args = types.SimpleNamespace(groups=None, block_size=B, max_distance=None, far_keep=1.0, repeat_penalty=0.0, targets="soft")
     w = distance_weights("1,0.5", B)
     _, stats = example_loss(model, ids, start, args, w, torch.Generator(), contextlib.nullcontext)
     with torch.no_grad():
@@ -343,6 +343,39 @@ def test_the_soft_loss_is_the_kl_to_the_base_at_the_position_that_predicts_the_s
                 kl = (base[p + j].exp() * (base[p + j] - masked[p + j])).sum().item()
                 total, weight = total + w[j + 1].item() * kl, weight + w[j + 1].item()
     assert stats["soft"] == pytest.approx(total / weight, rel=1e-4)
+
+
+def test_the_repeat_penalty_is_the_unlikelihood_of_the_token_before_the_target_unless_it_is_the_target():
+    import contextlib
+    import types
+
+    import torch.nn.functional as F
+
+    from training.gated_stage import distance_weights, example_loss
+
+    model = tiny_llama()
+    _randomise(attach_gate(model, MASK, rank=3, trainable=True))
+    ids = [9, 12, 30, 30, 41, 7, 7, 7, 18, 25, 25, 33, 40, 11]  # repeats: there the previous token is the target
+    start, B = 4, 3
+    args = types.SimpleNamespace(groups=None, block_size=B, max_distance=None, far_keep=1.0, repeat_penalty=0.5,
+                                 targets="hard")
+    w = distance_weights("1,0.5", B)
+    loss, stats = example_loss(model, ids, start, args, w, torch.Generator(), contextlib.nullcontext)
+    with torch.no_grad():
+        total = weight = said = 0.0
+        for p in range(start - 1, len(ids) - 2):  # every anchor, written from the rule
+            masked = F.softmax(model(torch.tensor([ids[:p + 1] + [MASK] * (B - 1)])).logits[0], -1)
+            for j in range(1, B):
+                target = p + j + 1
+                if target > len(ids) - 1 or ids[target - 1] == ids[target]:
+                    continue
+                q = masked[p + j]
+                total += w[j + 1].item() * -torch.log1p(-q[ids[target - 1]]).item()
+                said += w[j + 1].item() * float(q.argmax().item() == ids[target - 1])
+                weight += w[j + 1].item()
+    assert stats["repeat"] == pytest.approx(total / weight, rel=1e-4)
+    assert stats["says_prev"] == pytest.approx(said / weight, abs=1e-6)
+    assert loss.item() == pytest.approx(stats["hard"] + 0.5 * stats["repeat"], rel=1e-5)
 
 
 def test_a_gated_name_is_the_base_with_its_gate_and_the_base_file_is_not_copied(tiny_registry, tmp_path, monkeypatch):

@@ -76,8 +76,17 @@ def example_loss(model, ids: list[int], start: int, args, weights: torch.Tensor,
         parts["soft"] = (kl * w).sum() / w.sum()
     loss = {"hard": parts["hard"], "soft": parts.get("soft"),
             "mix": 0.5 * (parts["hard"] + parts.get("soft", 0))}[args.targets]
+    # a mask that says the token before its target again ("at sea sea", "9 times 9 is 88") is the
+    # error tau lets through; unlikelihood of that token where it is not the target itself
+    prev = x[g.source]  # (M,) the token one place before each mask's target
+    other = (prev != g.targets).float() * w
+    if args.repeat_penalty:
+        q_prev = logq.gather(1, prev[:, None])[:, 0].exp().clamp(max=1 - 1e-6)
+        parts["repeat"] = (-torch.log1p(-q_prev) * other).sum() / other.sum().clamp(min=1e-6)
+        loss = loss + args.repeat_penalty * parts["repeat"]
     hits = (logits.argmax(-1) == g.targets)
     stats = {k: v.item() for k, v in parts.items()}
+    stats["says_prev"] = ((logits.argmax(-1) == prev).float() * other).sum().item() / max(other.sum().item(), 1e-6)
     stats.update({f"top1_d{d}": hits[g.distance == d].float().mean().item()
                   for d in range(2, args.block_size + 1) if (g.distance == d).any()})
     return loss, stats
@@ -224,6 +233,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"the adapted matrices of each gated layer, comma-separated (default: all, {','.join(MATRICES)})")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--max-distance", type=int, default=None, help="train distances 2..min(B, this)")
+    p.add_argument("--repeat-penalty", type=float, default=0.0,
+                   help="weight of an unlikelihood term against each mask's previous token (where it is not the target)")
     p.add_argument("--far-keep", type=float, default=1.0,
                    help="keep each mask after a group's first with this chance, if the one before it was (PARD's "
                         "subsampling of far masks; 1: all)")

@@ -210,7 +210,7 @@ def gated_run(recipe: LiveRecipe, on_event, stop, evaluator: Evaluator, clock: C
     examples = gated_examples(tok, recipe)
     optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0, betas=(0.9, 0.95))
     args = SimpleNamespace(groups=recipe.groups, block_size=recipe.block_size, max_distance=None, far_keep=1.0,
-                           targets=recipe.targets)
+                           repeat_penalty=0.0, targets=recipe.targets)
     weights = distance_weights(None, recipe.block_size)
     total, curve, evals, at = recipe.steps, [], [], eval_steps(recipe.steps, recipe.evals)
     on_event({"type": "start", "total": total, "examples": len(examples), "elapsed": clock.elapsed})
