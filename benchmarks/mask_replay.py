@@ -48,21 +48,37 @@ def samples_of(model, texts: list, mask_id: int, block_size: int) -> list:
 
 def summarise(samples, tokens: list[int], block_size: int) -> dict:
     """Tokens per forward of each config (tokens as real_eval counts them: EOS excluded, the forward
-    that emits it counted) and the masks' top-1 accuracy per distance."""
+    that emits it counted) and the masks' predictions per distance (`by_distance`)."""
     out = {}
     for name, kw in tqdm(CONFIGS.items(), desc="replays", unit="config", mininterval=10):
         cfg = DecodeConfig(mode="lossless", block_size=block_size, **kw)
         forwards = sum(len(replay(s, cfg)) for s in samples)
         out[name] = round(sum(tokens) / forwards, 4)
+    out.update(by_distance(samples, block_size))
+    return out
+
+
+def by_distance(samples, block_size: int) -> dict:
+    """Per distance 2..B: the share of masks whose top-1 is the AR token ("top1"), and, where the token
+    before the target differs from it, the share whose top-1 is that previous token ("says previous":
+    the repeat a confident wrong mask writes at tau, "at sea sea")."""
     hits = [[0, 0] for _ in range(block_size - 1)]
+    says_prev = [[0, 0] for _ in range(block_size - 1)]
     for s in samples:  # row t - first: the masks after text[:t + 1], mask m predicts text[t + 2 + m]
         for row, t in enumerate(range(s.first, len(s.text))):
             for m in range(block_size - 1):
                 if t + 2 + m < len(s.text):
-                    hits[m][0] += s.ids[row][m][0] == s.text[t + 2 + m]
+                    top, want, before = s.ids[row][m][0], s.text[t + 2 + m], s.text[t + 1 + m]
+                    hits[m][0] += top == want
                     hits[m][1] += 1
-    out["top1 by distance"] = [round(h / n, 4) if n else None for h, n in hits]
-    return out
+                    if before != want:
+                        says_prev[m][0] += top == before
+                        says_prev[m][1] += 1
+    return {"top1 by distance": _shares(hits), "says previous by distance": _shares(says_prev)}
+
+
+def _shares(counts: list[list[int]]) -> list[float | None]:
+    return [round(h / n, 4) if n else None for h, n in counts]
 
 
 CURVE = ("chain last", "chain all", "tree 2,2,1", "budget 12,3", "chain all + lookup", "tree 2,2,1 + lookup")

@@ -73,3 +73,17 @@ def test_a_curve_of_a_gated_runs_snapshots(run, tmp_path):
     plain = json.loads((run / "r.json").read_text()) if (run / "r.json").exists() else None
     if plain is not None:  # a zero gate is the model as it is
         assert points[0]["chain all"] == plain["chain all"] and points[1]["chain all"] != plain["chain all"]
+
+
+def test_by_distance_counts_top1_and_the_previous_token_from_the_rule():
+    from types import SimpleNamespace
+
+    text = [5, 6, 7, 7, 8, 9]  # first = 1: rows for t = 1..5, mask m after text[:t + 1] predicts text[t + 2 + m]
+    ids = [[[7], [6]],  # t=1: d2 -> text[3]=7 right; d3 -> text[4]=8, says 6 (not the previous 7)
+           [[7], [7]],  # t=2: d2 -> text[4]=8, says 7 = previous (counted); d3 -> text[5]=9, says 7 (previous is 8)
+           [[8], [8]],  # t=3: d2 -> text[5]=9, says 8 = previous; d3: no target
+           [[0], [0]], [[0], [0]]]
+    got = mask_replay.by_distance([SimpleNamespace(first=1, text=text, ids=ids)], 3)
+    assert got["top1 by distance"] == [round(1 / 3, 4), 0.0]
+    # d2 targets text[3..5] = 7, 8, 9 with previous 7, 7, 8: the first is a repeat (not counted)
+    assert got["says previous by distance"] == [1.0, 0.0]
