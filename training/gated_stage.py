@@ -84,9 +84,10 @@ def example_loss(model, ids: list[int], start: int, args, weights: torch.Tensor,
         q_prev = logq.gather(1, prev[:, None])[:, 0].exp().clamp(max=1 - 1e-6)
         parts["repeat"] = (-torch.log1p(-q_prev) * other).sum() / other.sum().clamp(min=1e-6)
         loss = loss + args.repeat_penalty * parts["repeat"]
-    hits = (logits.argmax(-1) == g.targets)
+    top = logits.argmax(-1)  # (M,)
+    hits = top == g.targets
     stats = {k: v.item() for k, v in parts.items()}
-    stats["says_prev"] = ((logits.argmax(-1) == prev).float() * other).sum().item() / max(other.sum().item(), 1e-6)
+    stats["says_prev"] = ((top == prev).float() * other).sum().item() / max(other.sum().item(), 1e-6)
     stats.update({f"top1_d{d}": hits[g.distance == d].float().mean().item()
                   for d in range(2, args.block_size + 1) if (g.distance == d).any()})
     return loss, stats
