@@ -319,17 +319,16 @@ def test_the_masks_learn_a_text_the_base_cannot_guess(tmp_path, tiny_model_dir, 
 
 def test_the_soft_loss_is_the_kl_to_the_base_at_the_position_that_predicts_the_same_token():
     import contextlib
-    import types
 
     import torch.nn.functional as F
 
-    from training.gated_stage import distance_weights, example_loss
+    from training.gated_stage import distance_weights, example_loss, loss_args
 
     model = tiny_llama()
     _randomise(attach_gate(model, MASK, rank=3, trainable=True))
     ids = torch.randint(6, 64, (14,), generator=torch.Generator().manual_seed(5)).tolist()
     start, B = 6, 3
-    args = types.SimpleNamespace(groups=None, block_size=B, max_distance=None, far_keep=1.0, repeat_penalty=0.0, targets="soft")
+    args = loss_args(groups=None, block_size=B, targets="soft")
     w = distance_weights("1,0.5", B)
     _, stats = example_loss(model, ids, start, args, w, torch.Generator(), contextlib.nullcontext)
     with torch.no_grad():
@@ -347,18 +346,16 @@ def test_the_soft_loss_is_the_kl_to_the_base_at_the_position_that_predicts_the_s
 
 def test_the_repeat_penalty_is_the_unlikelihood_of_the_token_before_the_target_unless_it_is_the_target():
     import contextlib
-    import types
 
     import torch.nn.functional as F
 
-    from training.gated_stage import distance_weights, example_loss
+    from training.gated_stage import distance_weights, example_loss, loss_args
 
     model = tiny_llama()
     _randomise(attach_gate(model, MASK, rank=3, trainable=True))
     ids = [9, 12, 30, 30, 41, 7, 7, 7, 18, 25, 25, 33, 40, 11]  # repeats: there the previous token is the target
     start, B = 4, 3
-    args = types.SimpleNamespace(groups=None, block_size=B, max_distance=None, far_keep=1.0, repeat_penalty=0.5,
-                                 targets="hard")
+    args = loss_args(groups=None, block_size=B, repeat_penalty=0.5, targets="hard")
     w = distance_weights("1,0.5", B)
     loss, stats = example_loss(model, ids, start, args, w, torch.Generator(), contextlib.nullcontext)
     with torch.no_grad():

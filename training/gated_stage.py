@@ -260,6 +260,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def loss_args(**overrides) -> argparse.Namespace:
+    """The options `example_loss` reads, at the stage's defaults but for `overrides` (the Train tab's
+    run and tests call it without a command line, so a new option reaches them by itself)."""
+    args = parser().parse_args(["--data", "", "--out", ""])
+    unknown = set(overrides) - set(vars(args))
+    if unknown:
+        raise ValueError(f"not options of the gated stage: {sorted(unknown)}")
+    return argparse.Namespace(**{**vars(args), **overrides})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.groups == 0:

@@ -28,7 +28,6 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -199,7 +198,7 @@ def gated_run(recipe: LiveRecipe, on_event, stop, evaluator: Evaluator, clock: C
     order from `training.schedule`) on the tiny AR model, in memory."""
     from mars_core import load_model
     from mars_core.gate import attach_gate, gate_state
-    from training.gated_stage import distance_weights, example_loss
+    from training.gated_stage import distance_weights, example_loss, loss_args
     from training.schedule import batch_at, lr_at
 
     torch.set_num_threads(recipe.threads)
@@ -209,8 +208,7 @@ def gated_run(recipe: LiveRecipe, on_event, stop, evaluator: Evaluator, clock: C
     params = attach_gate(model, tok.mask_token_id, recipe.rank, trainable=True, dtype=torch.float32)
     examples = gated_examples(tok, recipe)
     optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    args = SimpleNamespace(groups=recipe.groups, block_size=recipe.block_size, max_distance=None, far_keep=1.0,
-                           repeat_penalty=0.0, targets=recipe.targets)
+    args = loss_args(groups=recipe.groups, block_size=recipe.block_size, targets=recipe.targets)
     weights = distance_weights(None, recipe.block_size)
     total, curve, evals, at = recipe.steps, [], [], eval_steps(recipe.steps, recipe.evals)
     on_event({"type": "start", "total": total, "examples": len(examples), "elapsed": clock.elapsed})
