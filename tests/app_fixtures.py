@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import sys
+import threading
 
 import pytest
 import torch
@@ -28,6 +29,18 @@ EVAL = {"n": 3, "seed": 0, "split": "eval", "runs": [
     {"model": "mars", "mode": "mars", "tau": 0.9, "block_size": 4, "accuracy": 0.3,
      "accuracy_by_family": {}, "tokens_per_forward": 1.8, "tokens_per_second": 170.0, "matches_ar": 0.5},
 ]}
+HANG_S = 120.0  # a call queued behind held jobs fails after this; held jobs wait twice as long
+
+
+def held(fn, release: threading.Event):
+    """fn, waiting for release first: a long job that holds its slot for sure however slow the
+    machine, without using the CPU, until the test has looked."""
+    def wrapper(*args, **kwargs):
+        release.wait(2 * HANG_S)
+        return fn(*args, **kwargs)
+    return wrapper
+
+
 OUT = ("status", "ar", "mars", "speed", "steps", "compare", "replay_step", "replay")  # generate's outputs
 
 

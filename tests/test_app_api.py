@@ -3,12 +3,13 @@ choice, and field-named messages for out-of-range values (every decoding endpoin
 included) with no traceback in the server log."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 import app
-from app_fixtures import PROMPT, demo, free_port, pair  # noqa: F401
+from app_fixtures import HANG_S, PROMPT, demo, free_port, held, pair  # noqa: F401
 from mars_core import mars_training_mask
 from playground.duel import AR_SIDES
 
@@ -127,15 +128,27 @@ def test_uploads_are_refused(server):
     assert r.status_code >= 400, r.status_code
 
 
-def test_long_jobs_cannot_take_the_generation_slots(server):
+def test_long_jobs_cannot_take_the_generation_slots(server, demo, monkeypatch):  # noqa: F811
     """Two long jobs from two clients: one runs, the other waits in the jobs' own queue, and a
-    third client's generation runs at once (it needs neither job to finish)."""
+    third client's generation runs at once (it needs neither job to finish). The load runs are
+    held until the generation is back (a timed sleep raced them on a loaded CPU), so "neither job
+    moved" holds however slow the machine; HANG_S only guards against a hang."""
+    import benchmarks.load
     from gradio_client import Client
 
+    release = threading.Event()
+    monkeypatch.setattr(benchmarks.load, "run_load", held(benchmarks.load.run_load, release))  # imported at each run
     jobs = [Client(server, verbose=False).submit(*LOAD_LONG, api_name="/under_load") for _ in range(2)]
-    time.sleep(1.0)  # both jobs are in the queue (one running)
-    out = Client(server, verbose=False).predict(prompt=PROMPT, max_new_tokens=8, api_name="/generate")
-    assert out["mars"]["stats"]["tokens"] > 0
-    assert not any(j.done() for j in jobs)  # the generation waited for neither job
+    try:
+        end = time.monotonic() + HANG_S
+        while demo.core.jobs.counts() != (1, 1):  # one runs (held), one waits
+            assert time.monotonic() < end, demo.core.jobs.counts()
+            time.sleep(0.05)
+        out = Client(server, verbose=False).submit(prompt=PROMPT, max_new_tokens=8,
+                                                   api_name="/generate").result(timeout=HANG_S)
+        assert out["mars"]["stats"]["tokens"] > 0
+        assert demo.core.jobs.counts() == (1, 1) and not any(j.done() for j in jobs)  # it waited for neither
+    finally:
+        release.set()
     for j in jobs:
         j.result(timeout=300)

@@ -15,19 +15,11 @@ import time
 import pytest
 
 import app
-from app_fixtures import free_port, pair  # noqa: F401
+from app_fixtures import HANG_S, free_port, held, pair  # noqa: F401
 from playground.tab_playground import _examples
 
 HELD_OUT = _examples()[0][0]
 SWEEP = (1, "1.0", 4, 8)  # problems, taus, block size, max new tokens
-HANG_S = 120.0  # a generation queued behind held jobs fails after this; the jobs are held twice as long
-
-
-def held(fn, release: threading.Event):
-    def wrapper(*args, **kwargs):
-        release.wait(2 * HANG_S)
-        return fn(*args, **kwargs)
-    return wrapper
 
 
 @pytest.fixture
