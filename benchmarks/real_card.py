@@ -77,17 +77,20 @@ def continuation(kept: list[str], targs: dict, log: list[dict], curve: list[dict
 
 
 def legend(summary: dict) -> list[str]:
-    """What the lossless columns' names mean (`benchmarks.real_eval.settings` names them), as lines
-    to put under a table; none when only plain lossless ran."""
-    names = [s for s in ordered(summary) if s.startswith("lossless") and s != "lossless"]
-    if not names:
-        return []
-    return ["lossless: its mask groups after every possible accept count (\"all\"); lossless-lookupN: drafting by "
-            "prompt lookup where the text's last N-gram occurred before (`prompt_lookup=N`), by its masks elsewhere; "
-            "-LM: up to M lookup drafts (else block size - 1); a last part names another group layout "
-            "(\"last\": one group, after the last draft, as the benchmark's `mars-lossless-lookup` row); "
-            "lossless-treeA-B-C: drafting a tree of the top A, B, C mask candidates at distance 1, 2, 3 in every "
-            "combination, a group of masks after every node (`draft_tree=(A, B, C)`).", ""]
+    """What the named columns mean (`benchmarks.real_eval.settings` names them: the repeat guard's,
+    and lossless other than plain), as lines to put under a table; none when neither ran."""
+    lines = []
+    if any(s.endswith("-guard") for s in summary):
+        lines += ["mars-T-guard: tau T with the repeat guard (`repeat_guard=True`: a mask's token equal to the "
+                  "token before it is not accepted; the next forward's AR head decides it).", ""]
+    if any(s.startswith("lossless") and s != "lossless" for s in summary):
+        lines += ["lossless: its mask groups after every possible accept count (\"all\"); lossless-lookupN: drafting "
+                  "by prompt lookup where the text's last N-gram occurred before (`prompt_lookup=N`), by its masks "
+                  "elsewhere; -LM: up to M lookup drafts (else block size - 1); a last part names another group "
+                  "layout (\"last\": one group, after the last draft, as the benchmark's `mars-lossless-lookup` "
+                  "row); lossless-treeA-B-C: drafting a tree of the top A, B, C mask candidates at distance 1, 2, 3 "
+                  "in every combination, a group of masks after every node (`draft_tree=(A, B, C)`).", ""]
+    return lines
 
 
 def _threads(n) -> str:
@@ -131,7 +134,9 @@ def frontier(known: dict | None, known_base: dict | None, spec: dict | None, mod
         if p is None:
             continue
         mode = "ar" if setting == "ar" else "lossless" if setting.startswith("lossless") else "mars"
-        runs.append({"model": f"{model} ({setting})" if mode == "lossless" else model, "mode": mode, "tau": tau_of(setting) if mode == "mars" else 1.0,
+        named = mode == "lossless" or setting.endswith("-guard")  # a row of its own beside plain tau
+        runs.append({"model": f"{model} ({setting})" if named else model, "mode": mode,
+                     "tau": tau_of(setting) if mode == "mars" else 1.0,
                      "block_size": 1 if mode == "ar" else 4, "tokens_per_second": None, **p})
     if not runs:
         return None

@@ -69,15 +69,19 @@ def read_set(kind: str, path: str, limit: int | None = None, per_category: int |
 def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True,
              draft_groups: str = "all", prompt_lookup: int = 0,
              prompt_lookup_tokens: int | None = None,
-             draft_trees: tuple[tuple[int, ...], ...] = ()) -> dict[str, DecodeConfig]:
-    """AR, MARS at each tau, lossless MARS (and with prompt-lookup drafts where `prompt_lookup`,
-    with each draft tree of `draft_trees`: "lossless-tree2-2-1").
+             draft_trees: tuple[tuple[int, ...], ...] = (), repeat_guard: bool = False) -> dict[str, DecodeConfig]:
+    """AR, MARS at each tau (and with the repeat guard beside it where `repeat_guard`: "mars-0.9-guard"),
+    lossless MARS (and with prompt-lookup drafts where `prompt_lookup`, with each draft tree of
+    `draft_trees`: "lossless-tree2-2-1").
     Lossless carries a mask group after every possible accept count ("all"): on a real model
     most steps reject a draft, and "last" would then have no drafts for the next step
     (docs/lossless.md)."""
     out = {"ar": DecodeConfig(mode="ar", cache="cursor")} if ar else {}
     for tau in taus:
         out[f"mars-{tau:g}"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor")
+        if repeat_guard:
+            out[f"mars-{tau:g}-guard"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor",
+                                                      repeat_guard=True)
     if lossless:  # a layout other than "all" is named: its tokens per forward differ
         out["lossless" + ("" if draft_groups == "all" else f"-{draft_groups}")] = DecodeConfig(
             mode="lossless", block_size=block_size, cache="cursor", draft_groups=draft_groups)
@@ -189,13 +193,14 @@ def summarise(out_path: str, only: set | None = None) -> dict:
 
 
 def tau_of(setting: str) -> float | None:
-    return float(setting[len("mars-"):]) if setting.startswith("mars-") else None
+    return float(setting[len("mars-"):].removesuffix("-guard")) if setting.startswith("mars-") else None
 
 
 def ordered(summary: dict) -> list[str]:
     """The settings as AR, MARS from the highest tau down, then lossless, whatever order a sweep
     run in stages wrote them in."""
-    return sorted(summary, key=lambda s: (s != "ar", s.startswith("lossless"), s != "lossless", -(tau_of(s) or 0.0)))
+    return sorted(summary, key=lambda s: (s != "ar", s.startswith("lossless"), s != "lossless", -(tau_of(s) or 0.0),
+                                          s.endswith("-guard")))
 
 
 def table(summary: dict) -> str:
@@ -226,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--taus", default="1,0.95,0.9,0.8")
     p.add_argument("--no-lossless", action="store_true")
     p.add_argument("--no-ar", action="store_true", help="skip AR (then no identity figures)")
+    p.add_argument("--repeat-guard", action="store_true",
+                   help="also decode each tau with the repeat guard (mars-T-guard: DecodeConfig.repeat_guard)")
     p.add_argument("--draft-groups", default="all", help="lossless layout: all, last or ends")
     p.add_argument("--prompt-lookup", type=int, default=0,
                    help="also lossless MARS with prompt-lookup drafts where an n-gram of at least this length matched")
@@ -247,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         taus = [float(t) for t in args.taus.split(",") if t.strip()]
         configs = settings(taus, not args.no_lossless, args.block_size, not args.no_ar, args.draft_groups,
-                           args.prompt_lookup, args.prompt_lookup_tokens, tuple(parse_trees(args.draft_trees)))
+                           args.prompt_lookup, args.prompt_lookup_tokens, tuple(parse_trees(args.draft_trees)),
+                           args.repeat_guard)
         prompts = read_set(kind, path, args.limit, args.per_category)
         model, tokenizer = load_model(args.model, dtype="float32")
     except (ValueError, OSError) as e:

@@ -4,6 +4,11 @@ Given the logits of the `B` predictions of one forward, pick a token at every po
 or sampled), score each with a confidence, and accept the longest prefix whose confidences all
 pass `tau`; the first prediction is always accepted (it is the ordinary AR prediction). The
 whole block is handled with tensor ops: the accepted count is the sum of a cumulative product.
+
+`repeat_guard` adds one condition to that product: a mask's token equal to the token before it
+in the block is not accepted (the next forward's AR head decides that position). Masks confuse
+their target with their neighbour's ("9 times 9 is 88"); on the mask-gated SmolLM2 most of the
+known answers tau lost were such repeats (docs/smollm2.md, "The repeat guard").
 """
 from __future__ import annotations
 
@@ -66,11 +71,13 @@ def accept(
     temperature: float = 0.0,
     noise: torch.Tensor | None = None,
     max_accept: int | None = None,
+    repeat_guard: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-to-right acceptance over a block.
 
     logits: (N, B, V) predictions for the B next positions of N sequences.
     tau: a number, or (N,) float64 per-sequence thresholds the caller has checked.
+    repeat_guard: a prediction equal to the one before it stops the accepted prefix there.
     Returns tokens (N, B), conf (N, B) and n_accept (N,) with 1 <= n_accept <= B (or max_accept).
     """
     if not isinstance(tau, torch.Tensor):
@@ -78,6 +85,8 @@ def accept(
     tokens, probs = choose_tokens(logits, temperature, noise)  # (N, B), (N, B, V)
     conf = confidence(probs, tokens, metric)  # (N, B)
     ok = passes(conf, tau, metric)
+    if repeat_guard:
+        ok[:, 1:] &= tokens[:, 1:] != tokens[:, :-1]
     ok[:, 0] = True  # the first prediction is the AR one: always taken
     n_accept = ok.long().cumprod(dim=1).sum(dim=1)  # (N,)
     if max_accept is not None:

@@ -54,7 +54,8 @@ logger = logging.get_logger(__name__)
 # generate(...) keyword -> DecodeConfig field (`cache` is taken: generate's own KV cache argument)
 SETTINGS = {"mode": "mode", "tau": "tau", "block_size": "block_size", "metric": "metric",
             "kv_cache": "cache", "cache_block_size": "cache_block_size", "max_accept": "max_accept",
-            "draft_groups": "draft_groups", "draft_tree": "draft_tree", "draft_budget": "draft_budget",
+            "repeat_guard": "repeat_guard", "draft_groups": "draft_groups", "draft_tree": "draft_tree",
+            "draft_budget": "draft_budget",
             "prompt_lookup": "prompt_lookup", "prompt_lookup_tokens": "prompt_lookup_tokens"}
 UNSUPPORTED = {"num_beams": 1, "output_scores": False, "output_logits": False, "output_attentions": False,
                "output_hidden_states": False}
@@ -85,7 +86,8 @@ def mars_decoding(model: PreTrainedModel, input_ids: torch.LongTensor,
                   streamer: BaseStreamer | None = None, *, mode: str | None = None,
                   tau: float | None = None, block_size: int | None = None, metric: str | None = None,
                   kv_cache: str | None = None, cache_block_size: int | None = None,
-                  max_accept: int | None = None, draft_groups: str | None = None,
+                  max_accept: int | None = None, repeat_guard: bool | None = None,
+                  draft_groups: str | None = None,
                   draft_tree: tuple[int, ...] | None = None, draft_budget: tuple[int, int] | None = None,
                   prompt_lookup: int | None = None, prompt_lookup_tokens: int | None = None,
                   seed: int | None = None, mask_token_id: int | None = None,
@@ -100,8 +102,9 @@ def mars_decoding(model: PreTrainedModel, input_ids: torch.LongTensor,
     gc = generation_config if generation_config is not None else model.generation_config
     _check_request(model, gc, synced_gpus, logits_processor, stopping_criteria)
     given = dict(mode=mode, tau=tau, block_size=block_size, metric=metric, kv_cache=kv_cache,
-                 cache_block_size=cache_block_size, max_accept=max_accept, draft_groups=draft_groups,
-                 draft_tree=draft_tree, draft_budget=draft_budget, prompt_lookup=prompt_lookup,
+                 cache_block_size=cache_block_size, max_accept=max_accept, repeat_guard=repeat_guard,
+                 draft_groups=draft_groups, draft_tree=draft_tree, draft_budget=draft_budget,
+                 prompt_lookup=prompt_lookup,
                  prompt_lookup_tokens=prompt_lookup_tokens, mask_token_id=mask_token_id)
     config, mask_id = _decode_config(model, gc, input_ids, given, seed, tau_control)
     if _defaults(model, gc).get("gated") and not ensure_gate(model):

@@ -58,7 +58,8 @@ if TYPE_CHECKING:
 def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Tensor, n_feed: torch.Tensor,
                 cursor: torch.Tensor, remaining: torch.Tensor, alive: torch.Tensor, tau: torch.Tensor,
                 stop_ids: torch.Tensor, noise: torch.Tensor | None, *, block: int, mask_id: int, pad_id: int,
-                metric: str, temperature: float, max_accept: int | None, window: int) -> tuple[torch.Tensor, ...]:
+                metric: str, temperature: float, max_accept: int | None, window: int,
+                repeat_guard: bool = False) -> tuple[torch.Tensor, ...]:
     """One forward of every row at its cursor, acceptance and the cut; all on the device.
 
     feed (R, B) long: each row's last accepted tokens (first n_feed of them real); n_feed,
@@ -70,7 +71,7 @@ def static_step(model: PreTrainedModel, cache: StaticCursorCache, feed: torch.Te
     ids, pos = window_inputs(feed, n_feed, cursor, B - 1, mask_id, pad_id)
     keep = n_feed[:, None] - 1 + torch.arange(B, device=feed.device)  # (R, B): the last real token and the masks
     logits = _forward(model, cache, ids, pos, keep, window)  # (R, B, V)
-    tokens, conf, n_acc = accept(logits, tau, metric, temperature, noise, max_accept)
+    tokens, conf, n_acc = accept(logits, tau, metric, temperature, noise, max_accept, repeat_guard)
     take, done = cut(tokens, n_acc, stop_ids, remaining)
     done = done | ~alive
     going = alive & ~done
@@ -160,7 +161,7 @@ def decode_compiled(model: PreTrainedModel, rows: Rows, mask_id: int, pad_id: in
         rows.still_active()
         yield first.event
         kw = dict(block=B, mask_id=mask_id, pad_id=pad_id, metric=cfg.metric,
-                  temperature=float(cfg.temperature), max_accept=cfg.max_accept)
+                  temperature=float(cfg.temperature), max_accept=cfg.max_accept, repeat_guard=cfg.repeat_guard)
         while rows.running():
             tau = rows.tau()
             live = set(rows.active)

@@ -147,7 +147,8 @@ class Rows:
         noise = None
         if self.random is not None:
             noise = self.random.noise(rows, logits.shape[1], logits.shape[2])
-        return accept(logits, tau, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
+        return accept(logits, tau, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept,
+                      self.cfg.repeat_guard)
 
     def commit(self, rows: list[int], tokens: torch.Tensor, conf: torch.Tensor, n_accept: torch.Tensor, tau: float,
                extra: torch.Tensor | None = None) -> Outcome:

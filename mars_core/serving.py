@@ -104,7 +104,7 @@ class RequestState:
 class Batcher:
     """Continuous batching of MARS requests on one model.
 
-    config: block_size, metric, temperature, max_accept, and the defaults of a `Request`'s tau
+    config: block_size, metric, temperature, max_accept, repeat_guard, and the defaults of a `Request`'s tau
     (`FixedTau(config.tau)` when no policy is given). The cache mode is always the cursor cache.
     """
 
@@ -236,7 +236,8 @@ class Batcher:
         if self.cfg.temperature > 0:  # every row draws a full block, as it does decoding alone
             noise = torch.cat([s.random.noise([0], self.B, logits.shape[2]) for s in live])[:, :P]
         tau_t = torch.tensor(taus, dtype=torch.float64, device=logits.device)
-        tokens, conf, n_acc = accept(logits, tau_t, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept)
+        tokens, conf, n_acc = accept(logits, tau_t, self.cfg.metric, self.cfg.temperature, noise, self.cfg.max_accept,
+                                     self.cfg.repeat_guard)
         remaining = torch.tensor([s.request.max_new_tokens - len(s.out) for s in live], device=logits.device)
         take, done = cut(tokens, n_acc, self.stop_ids, remaining)
         packed = pack(tokens, conf, take, done).tolist()  # the one host sync

@@ -25,15 +25,17 @@ class Script:
     """Predictions per position. `eos_every`: EOS at every p with p % eos_every == 0 (AR and mask);
     `ar_wrong` / `mask_wrong`: at p % that == 0 the prediction differs from the base sequence
     (for the AR script of a draft model, a wrong draft; for the mask script, a wrong MARS guess);
-    `mask_low` / `mask_edge`: where the mask prediction is LOW / exactly EDGE (else HIGH)."""
+    `mask_low` / `mask_edge`: where the mask prediction is LOW / exactly EDGE (else HIGH);
+    `mask_repeat`: at p % that == 2 the mask predicts base(p - 1), the token before its target."""
 
     def __init__(self, vocab: int, eos: int, first_free: int, mask_id: int | None = None, *,
                  eos_every: int | None = 13, ar_wrong: int | None = None, mask_wrong: int | None = 7,
                  mask_low: int | None = 5, mask_edge: int | None = 3, ar_low: int | None = None,
-                 ar_wrong_at: int = 0):
+                 ar_wrong_at: int = 0, mask_repeat: int | None = None):
         self.vocab, self.eos, self.first_free, self.mask_id = vocab, eos, first_free, mask_id
         self.eos_every, self.ar_wrong, self.mask_wrong = eos_every, ar_wrong, mask_wrong
         self.mask_low, self.mask_edge, self.ar_low, self.ar_wrong_at = mask_low, mask_edge, ar_low, ar_wrong_at
+        self.mask_repeat = mask_repeat
         self.span = vocab - first_free - N_DISTRACT
 
     def base(self, p: int) -> int:
@@ -51,6 +53,8 @@ class Script:
 
     def mask(self, p: int) -> tuple[int, float]:
         token = self._other(p) if every(p, self.mask_wrong) else self.base(p)
+        if every(p, self.mask_repeat, at=2):
+            token = self.base(p - 1)
         if every(p, self.mask_low):
             return token, LOW
         return token, EDGE if every(p, self.mask_edge, at=1) else HIGH

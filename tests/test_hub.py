@@ -75,6 +75,18 @@ def test_callable_equals_mars_core(ref, hf_model, tau, kv_cache):
     assert (counts.sum(0) > 0).all() and counts.max() > 1  # several tokens per forward happened
 
 
+def test_the_repeat_guard_reaches_the_decoder(ref, hf_model):
+    model, tok = ref
+    x, mask = batch(tok, PROMPTS)
+    out = hf_model.generate(input_ids=x, attention_mask=mask, custom_generate=mars_decoding, max_new_tokens=NEW,
+                            mask_token_id=tok.mask_token_id, tau=0.0, repeat_guard=True, return_dict_in_generate=True)
+    tail, counts = expected(model, tok, PROMPTS, DecodeConfig(tau=0.0, repeat_guard=True, cache="cursor",
+                                                               max_new_tokens=NEW))
+    assert torch.equal(out.sequences[:, x.shape[1]:], tail) and torch.equal(out.accept_counts, counts)
+    _, unguarded = expected(model, tok, PROMPTS, DecodeConfig(tau=0.0, cache="cursor", max_new_tokens=NEW))
+    assert not torch.equal(counts, unguarded)  # the guard changed a step here
+
+
 def test_tau_one_equals_plain_generate(hf_model, ref):
     _, tok = ref
     x, mask = batch(tok, PROMPTS)

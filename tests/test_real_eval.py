@@ -4,8 +4,8 @@ import json
 import pytest
 
 from benchmarks.real_card import legend
-from benchmarks.real_eval import (first_difference, gsm8k_answer, is_correct, main, read_set, settings, summarise,
-                                    table)
+from benchmarks.real_eval import (first_difference, gsm8k_answer, is_correct, main, ordered, read_set, settings,
+                                    summarise, table, tau_of)
 
 
 def _write(path, rows):
@@ -70,6 +70,16 @@ def test_the_table_orders_settings_by_tau_whatever_order_they_ran_in():
     ran = ["mars-0.95", "ar", "lossless", "mars-0.8", "mars-1"]  # a sweep run in two stages
     header = table({s: cell for s in ran}).splitlines()[0]
     assert header == "| category | ar | mars-1 | mars-0.95 | mars-0.8 | lossless |"
+
+
+def test_the_repeat_guard_runs_beside_each_tau_and_keeps_its_tau():
+    named = settings([0.95, 0.9], False, 4, ar=True, repeat_guard=True)
+    assert list(named) == ["ar", "mars-0.95", "mars-0.95-guard", "mars-0.9", "mars-0.9-guard"]
+    assert named["mars-0.9-guard"].repeat_guard and not named["mars-0.9"].repeat_guard
+    assert named["mars-0.9-guard"].tau == 0.9 and tau_of("mars-0.9-guard") == 0.9
+    assert ordered({s: {} for s in ["mars-0.9-guard", "lossless", "mars-0.9", "ar", "mars-0.95-guard"]}) == [
+        "ar", "mars-0.95-guard", "mars-0.9", "mars-0.9-guard", "lossless"]
+    assert "repeat guard" in legend({"mars-0.9-guard": {}})[0] and legend({"mars-0.9": {}}) == []
 
 
 def test_per_category_keeps_the_first_n_of_each_category_in_file_order(tmp_path):

@@ -30,14 +30,18 @@ MAX_NEW = 10
 
 
 def expected(script: Script, L: int, block: int, max_new: int = MAX_NEW, max_accept: int | None = None,
-             tau: float = TAU, where=None):
+             tau: float = TAU, where=None, repeat_guard: bool = False):
     """(tokens, accepted per step) for a prompt of L tokens, with a plain loop over positions.
-    `where`, a list, gets the index of the EOS inside its block (None: stopped by max_new)."""
+    `where`, a list, gets the index of the EOS inside its block (None: stopped by max_new).
+    repeat_guard: a mask token equal to the token emitted just before it in the step ends the step."""
     out, steps, p = [], [], L  # p: the position of the next token
     while True:
         emitted = [script.ar(p)[0]]
         while len(emitted) < block and tau < 1 and script.mask(p + len(emitted))[1] >= tau:
-            emitted.append(script.mask(p + len(emitted))[0])
+            token = script.mask(p + len(emitted))[0]
+            if repeat_guard and token == emitted[-1]:
+                break
+            emitted.append(token)
         if max_accept is not None:
             emitted = emitted[:max_accept]
         take, done = cut(out, emitted, script.eos, max_new)
@@ -99,6 +103,48 @@ def test_every_decoder_matches_the_scripted_expectation(tokenizer, scripted, cac
     assert batch.stats.row_forwards == sum(len(s) for _, s in want)
     if max_accept is not None or mode == "ar" or tau == 1.0:
         assert max(max(s) for _, s in want) <= (max_accept or 1)
+
+
+@pytest.fixture(scope="module")
+def repeating(tokenizer):
+    return scripted_model(tokenizer, ar_low=3, mask_repeat=5)
+
+
+def _guarded(model, tokenizer, script, cfg, max_new=MAX_NEW):
+    """Each row of a batch decode against the rule with the guard; the rule without it differs."""
+    lengths = _lengths(tokenizer, PROMPTS)
+    want = [expected(script, L, B, max_new=max_new, repeat_guard=True) for L in lengths]
+    assert want != [expected(script, L, B, max_new=max_new) for L in lengths]  # the script makes the guard matter
+    got = generate(model, tokenizer, PROMPTS, cfg)
+    for i, (toks, steps) in enumerate(want):
+        assert got.token_ids[i] == toks, (i, got.token_ids[i], toks)
+        assert got.stats.per_sequence(i) == steps, i
+
+
+@pytest.mark.parametrize("cache,cbs", CASES)
+def test_the_repeat_guard_ends_a_step_at_a_mask_that_repeats(tokenizer, repeating, cache, cbs):
+    model, script = repeating
+    cfg = DecodeConfig(tau=TAU, block_size=B, cache=cache, cache_block_size=cbs, max_new_tokens=MAX_NEW,
+                       repeat_guard=True)
+    _guarded(model, tokenizer, script, cfg)
+
+
+def test_the_repeat_guard_on_the_compiled_path_and_in_serving(tokenizer, repeating, monkeypatch):
+    from mars_core import TauControl
+    from mars_core import decode_compiled as dc
+    from mars_core.serving import Batcher, Request
+
+    model, script = repeating
+    monkeypatch.setattr(dc, "compiled", lambda fn, mode: fn)  # the static path, run eagerly
+    cfg = DecodeConfig(tau=TAU, block_size=B, cache="cursor", compile=True, max_new_tokens=40, repeat_guard=True)
+    _guarded(model, tokenizer, script, cfg, max_new=40)
+    batcher = Batcher(model, tokenizer, DecodeConfig(block_size=B, repeat_guard=True), slots=2)
+    ids = [encode_prompt(tokenizer, p) for p in PROMPTS]
+    rids = [batcher.submit(Request(i, max_new_tokens=12, control=TauControl(TAU))) for i in ids]
+    list(batcher.run())
+    for rid, p in zip(rids, ids):
+        toks, steps = expected(script, len(p), B, max_new=12, repeat_guard=True)
+        assert batcher.done[rid].out == toks and batcher.done[rid].accepted == steps, rid
 
 
 @pytest.mark.parametrize("cache", ["none", "sliding", "cursor"])
