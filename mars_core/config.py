@@ -67,8 +67,9 @@ class DecodeConfig:
     max_accept:       optional cap on the tokens a sequence emits per forward, in every mode
                       (None: no cap beyond the mode's own, block_size for "mars"). In "lossless"
                       and "spec" it counts verified drafts too, and the output stays exact.
-    repeat_guard:     "mars" only: a mask's token equal to the token before it in the block is not
-                      accepted, whatever its confidence (the next forward's AR head decides that
+    repeat_guard:     tau's acceptance ("mars"; the exact modes never need it and ignore it, so a
+                      model's recommended default composes with every mode): a mask's token equal
+                      to the token before it in the block is not accepted, whatever its confidence (the next forward's AR head decides that
                       position). Masks trained on hard targets confuse their target with their
                       neighbour's; the guard keeps those repeats out of the output for about 1%
                       fewer tokens per forward (docs/smollm2.md, "The repeat guard"). The first
@@ -154,8 +155,6 @@ class DecodeConfig:
             _check_int("max_accept", self.max_accept, 1)
         if not isinstance(self.repeat_guard, bool):
             raise ValueError(f"repeat_guard must be True or False, got {self.repeat_guard!r}")
-        if self.repeat_guard and self.mode != "mars":
-            raise ValueError(f"repeat_guard acts on tau's acceptance, mode=\"mars\" only; got mode={self.mode!r}")
         if self.cache == "block" and self.cache_block_size < self.effective_block_size:
             raise ValueError(
                 f"cache_block_size ({self.cache_block_size}) must be >= block_size "

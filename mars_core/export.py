@@ -83,6 +83,7 @@ def export(src: str | os.PathLike, out: str | os.PathLike, *, block_size: int | 
         if (src / GATE_FILE).is_file():  # a mask-gated fine-tune: the weights are the base's
             hashes[GATE_FILE] = _copy_hashed(src / GATE_FILE, tmp / GATE_FILE)
             mars["gated"] = True
+            mars["repeat_guard"] = True  # tau's default for our gated models (DecodeConfig.repeat_guard)
             notes.append(f"mask-gated: {GATE_FILE} holds the adapters that act at mask positions only; a stock "
                          "load gives the base model (the same AR output), custom_generate attaches the gate")
         _write_generation_config(src, tmp, config_json, mars)

@@ -67,7 +67,8 @@ def scope_html(mars: Loaded, ar: Loaded | None) -> str:
                     'MARS adapters trained on a 2-core CPU that act <b>only on the mask tokens</b>: every real token '
                     'is computed by the unchanged base, so its AR output is SmolLM2\'s own and the exact modes give '
                     f'exactly the base\'s answer, several tokens per forward where the masks guess right. {small}'
-                    'At tau its masks accept a guess only where they are sure, a little over one token per forward, '
+                    'At tau its masks accept a guess only where they are sure and never one that repeats the token '
+                    'before it (the repeat guard), a little over one token per forward, '
                     'and a sure guess can still be wrong and change the answer: the exact modes are where it pays, '
                     'and they cannot change it; the model card gives the measured figures. '
                     f'{ar_line}</div>')

@@ -185,3 +185,23 @@ def test_a_gated_model_against_its_base_is_guaranteed_identical_and_against_anot
         assert duel.agree()  # the same weights: the AR decodings are equal either way
         assert duel.guaranteed() is proven
         assert ("not the separate AR checkpoint" in duel.why_not_guaranteed()) is not proven
+
+
+def test_a_gated_models_tau_runs_with_the_repeat_guard(tokenizer):
+    """Our mask-gated models' masks repeat their neighbour's token (docs/smollm2.md): their tau mode
+    refuses such guesses; a model without a gate keeps the paper's rule, and the exact modes never
+    read it."""
+    from conftest import make_model
+    from mars_core.gate import attach_gate
+    from playground.duel import AR_SIDES, Duel
+    from playground.models import Loaded
+
+    plain, gated = make_model("llama", len(tokenizer)), make_model("llama", len(tokenizer))
+    attach_gate(gated, tokenizer.mask_token_id, rank=2)
+    settings = dict(tau=0.9, block_size=4, metric="probability", cache="cursor", temperature=0.0, seed=0,
+                    max_new_tokens=8)
+
+    def cfg(model, mode):
+        return Duel("2 + 2?", settings, AR_SIDES[1], Loaded(model, tokenizer, "x", "none", "x"), None, 60, mode).mars.cfg
+    assert cfg(gated, "mars").repeat_guard and not cfg(plain, "mars").repeat_guard
+    assert not cfg(gated, "lossless").repeat_guard

@@ -20,7 +20,6 @@ from mars_core import DecodeConfig, TauControl, generate, stream
     (dict(cache="block", block_size=8, cache_block_size=4), "cache_block_size"),
     (dict(max_accept=0), "max_accept"),
     (dict(repeat_guard="yes"), "repeat_guard must be True or False"),
-    (dict(mode="lossless", repeat_guard=True), "repeat_guard acts on tau's acceptance"),
     (dict(block_size=2.5), "integer"),
 ])
 def test_bad_config(kwargs, match):

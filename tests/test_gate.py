@@ -433,8 +433,10 @@ def test_an_exported_gated_model_decodes_with_its_gate_and_a_stock_load_is_the_b
     out = stock.generate(**prompt, custom_generate=mars_decoding, **kw)
     assert gate_of(stock) is not None  # attached on first use
     ours, tok = load_model(str(tmp_path / "out"))
+    assert stock.generation_config.mars["repeat_guard"] is True  # a gated model's tau default
     want = generate(ours, tok, ["Tom has 12 apples and"], DecodeConfig(mode="mars", tau=0.3, max_new_tokens=16,
-                                                                      cache="cursor"), chat=False).token_ids[0]
+                                                                      cache="cursor", repeat_guard=True),
+                    chat=False).token_ids[0]
     got = out[0, prompt["input_ids"].shape[1]:].tolist()
     assert got[:len(want)] == want
 
