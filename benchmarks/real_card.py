@@ -137,7 +137,8 @@ def frontier(known: dict | None, known_base: dict | None, spec: dict | None, mod
         named = mode == "lossless" or setting.endswith("-guard")  # a row of its own beside plain tau
         runs.append({"model": f"{model} ({setting})" if named else model, "mode": mode,
                      "tau": tau_of(setting) if mode == "mars" else 1.0,
-                     "block_size": 1 if mode == "ar" else 4, "tokens_per_second": None, **p})
+                     "block_size": 1 if mode == "ar" else 4, "tokens_per_second": None, **p,
+                     **({"repeat_guard": True} if setting.endswith("-guard") else {})})
     if not runs:
         return None
     n = max(r["n"] for r in runs)

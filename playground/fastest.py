@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from mars_core import DecodeConfig
+from mars_core.gate import gate_of
 
 from .models import Loaded, scrub
 
@@ -132,12 +133,15 @@ def tau_summary(loaded: Loaded, block_size: int, tau: float = 0.95) -> str:
     """MARS at tau on this model, from its card's sweep (`eval.json`), or that there is none."""
     data = loaded.eval_json() or {}
     runs = data.get("runs") or []
-    at = next((r for r in runs if r.get("mode") == "mars" and r.get("tau") == tau
-               and r.get("block_size") in (block_size, None)), None)
+    at = [r for r in runs
+          if r.get("mode") == "mars" and r.get("tau") == tau and r.get("block_size") in (block_size, None)]
+    guard = gate_of(loaded.model) is not None  # the page's tau mode runs a gated model with the repeat guard
+    at = next((r for r in at if r.get("repeat_guard", False) == guard), at[0] if at else None)
     one = next((r for r in runs if r.get("mode") == "mars" and r.get("tau") == 1.0), None)  # = its AR
     if at is None:
         return f"MARS at tau: this model's folder has no recorded sweep at tau {tau:g}"
-    line = f"MARS at tau {tau:g}: {at['tokens_per_forward']:.2f} tokens per forward"
+    with_guard = " with the repeat guard" if at.get("repeat_guard") else ""
+    line = f"MARS at tau {tau:g}{with_guard}: {at['tokens_per_forward']:.2f} tokens per forward"
     if at.get("accuracy") is not None and one is not None and one.get("accuracy") is not None:
         line += f", {100 * at['accuracy']:.1f}% right against {100 * one['accuracy']:.1f}% at tau 1"
     where = data.get("source") or "the model card's sweep"

@@ -142,6 +142,17 @@ def test_the_mode_line_gives_both_modes_figures(tmp_path, pair):  # noqa: F811
     loaded = Loaded(model=None, tokenizer=None, source=str(tmp_path), quantization="none", name="m")
     assert tau_summary(loaded, 4) == ("MARS at tau 0.95: 1.06 tokens per forward, 23.3% right against 26.6% at tau 1 "
                                       "(the model card's sweep)")
+    guarded = {"mode": "mars", "tau": 0.95, "block_size": 4, "accuracy": 0.266, "tokens_per_forward": 1.041,
+               "repeat_guard": True}
+    (tmp_path / "eval.json").write_text(json.dumps({"runs": [runs[0], guarded, runs[1]]}))
+    assert tau_summary(loaded, 4).startswith("MARS at tau 0.95: 1.06 tokens per forward")  # no gate: the plain rule
+    from conftest import make_model
+    from mars_core.gate import attach_gate
+
+    gated = make_model("llama", 64)
+    attach_gate(gated, 3, rank=2)
+    loaded = Loaded(model=gated, tokenizer=None, source=str(tmp_path), quantization="none", name="m")
+    assert tau_summary(loaded, 4).startswith("MARS at tau 0.95 with the repeat guard: 1.04 tokens per forward, 26.6%")
     core, _ = make_tab(pair, fake_measure())
     mars_side.fastest_entry(core, core.mars)
     wait_state(core, core.mars)
