@@ -14,8 +14,9 @@ from .duel import Side, Step
 RULE = {"probability": ("p", ">="), "margin": ("margin", ">="), "entropy": ("H", "<=")}
 
 
-def decisions(step: Step, metric: str) -> list[tuple[str, str]]:
-    """Per prediction: (mark, reason), mark one of "accepted", "rejected", "end"."""
+def decisions(step: Step, metric: str, repeat_guard: bool = False) -> list[tuple[str, str]]:
+    """Per prediction: (mark, reason), mark one of "accepted", "rejected", "end". `repeat_guard`: the
+    side refused a confident prediction equal to the one before it (`DecodeConfig.repeat_guard`)."""
     ok = passes(torch.tensor(step.confidences, dtype=torch.float64), step.tau, metric).tolist()
     name, op = RULE[metric]
     worse = "<" if op == ">=" else ">"
@@ -36,11 +37,14 @@ def decisions(step: Step, metric: str) -> list[tuple[str, str]]:
             out.append(("accepted", why))
         elif j == step.accepted and step.finished and (ok[j] or j == 0):
             out.append(("end", "end of the answer (EOS) or the token limit: decoding stops here"))
+        elif j == step.accepted and repeat_guard and ok[j] and step.proposed[j] == step.proposed[j - 1]:
+            out.append(("rejected", f"{name} {c:.2f} {op} tau {step.tau:g}, but it repeats the prediction before "
+                        "it: the repeat guard refuses it, and the next forward decides this position"))
         elif j == step.accepted:
             out.append(("rejected", f"{name} {c:.2f} {worse} tau {step.tau:g}: not confident enough"))
         else:
             out.append(("rejected", "comes after a rejected prediction: acceptance runs left to right and stops "
-                        "at the first one below tau"))
+                        "at the first one it does not take"))
     return out
 
 
@@ -65,7 +69,8 @@ def replay_html(side: Side | None, k: int, metric: str = "probability") -> str:
     if step.verified is not None:  # exact modes: the forward held drafts and groups of masks
         masks = f'<span class="mask-chip">{step.verified} verified draft(s) + [MASK] group</span>'
     rows = []
-    for j, ((mark, why), tid, c) in enumerate(zip(decisions(step, metric), step.proposed, step.confidences)):
+    for j, ((mark, why), tid, c) in enumerate(zip(decisions(step, metric, side.cfg.repeat_guard), step.proposed,
+                                                           step.confidences)):
         v = step.verified
         if v is None:
             where = "after the last real token" if j == 0 else f"mask {j}"

@@ -186,6 +186,15 @@ def test_decisions_follow_the_acceptance_rule(metric, tau, confs, accepted, fini
         assert "always taken" in got[0][1]
 
 
+def test_the_replay_names_the_repeat_guard():
+    step = Step(0, [5, 7, 7, 9], [0.99, 0.97, 0.98, 0.99], 2, 0.9, False)  # mask 2 repeats mask 1: refused
+    got = decisions(step, "probability", repeat_guard=True)
+    assert [m for m, _ in got] == ["accepted", "accepted", "rejected", "rejected"]
+    assert "repeat guard" in got[2][1] and "not confident" not in got[2][1]
+    assert "not confident" in decisions(Step(0, [5, 7, 8, 9], [0.99, 0.97, 0.5, 0.99], 2, 0.9, False),
+                                        "probability", repeat_guard=True)[2][1]
+
+
 @pytest.mark.parametrize("kwargs,message", [
     (dict(prompt="   "), "prompt is empty"),
     (dict(prompt="a lone \ud800 surrogate"), "not valid Unicode text"),
