@@ -67,13 +67,13 @@ class DecodeConfig:
     max_accept:       optional cap on the tokens a sequence emits per forward, in every mode
                       (None: no cap beyond the mode's own, block_size for "mars"). In "lossless"
                       and "spec" it counts verified drafts too, and the output stays exact.
-    repeat_guard:     tau's acceptance ("mars"; the exact modes never need it and ignore it, so a
-                      model's recommended default composes with every mode): a mask's token equal
-                      to the token before it in the block is not accepted, whatever its confidence (the next forward's AR head decides that
-                      position). Masks trained on hard targets confuse their target with their
-                      neighbour's; the guard keeps those repeats out of the output for about 1%
-                      fewer tokens per forward (docs/smollm2.md, "The repeat guard"). The first
-                      prediction is always taken, so tau = 1 is still AR.
+    repeat_guard:     for tau's acceptance ("mars"; the other modes ignore it, so a model's
+                      recommended default composes with every mode): a mask's token equal to the
+                      token before it in the block is not accepted, whatever its confidence (the
+                      next forward's AR head decides that position). Masks trained on hard targets
+                      confuse their target with their neighbour's; the guard keeps those repeats
+                      out of the output for about 1% fewer tokens per forward (docs/smollm2.md,
+                      "The repeat guard"). The first prediction is always taken, so tau = 1 is AR.
     compile:          False (eager), True, or a `torch.compile` mode (one of COMPILE_MODES):
                       the cursor cache's static-shape path (`decode_compiled`), compiled once
                       per batch-size bucket and attention window (the first step: per prefill
