@@ -478,7 +478,8 @@ def test_init_starts_from_another_runs_adapters_and_continues_its_clock(tmp_path
 
 
 @pytest.mark.parametrize("bits", [16, 4])
-def test_init_from_a_shipped_gate_folder_on_a_machine_without_the_run(tmp_path, tiny_model_dir, tokenizer, bits):
+def test_init_from_a_shipped_gate_folder_on_a_machine_without_the_run(tmp_path, tiny_model_dir, tokenizer, bits,
+                                                                       capsys):
     """A new machine has the exported gate (assets/models/<name>/gate.safetensors) but not the run's
     folder: --init takes the folder, its stored adapters (bf16 or 4 bits) and its recorded CPU-minutes."""
     import json
@@ -499,6 +500,9 @@ def test_init_from_a_shipped_gate_folder_on_a_machine_without_the_run(tmp_path, 
             assert torch.equal(first["gate"][k].to(torch.bfloat16).float(), second["gate"][k]), k
     assert second["state"]["cpu_minutes"] >= 12.5
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "third", "--init", str(tmp_path / "first")) == 2  # no gate file
+    capsys.readouterr()
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "fourth", "--init", str(folder), "--rank", "3") == 2
+    assert "holds rank-2 adapters: give --rank 2" in capsys.readouterr().out  # the shipped gate is rank 8
 
 
 def test_a_stored_gate_of_another_shape_is_refused_with_its_name():

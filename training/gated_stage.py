@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from mars_core import load_model
-from mars_core.gate import GATE_FILE, MATRICES, attach_gate, gate_state, load_gate_state, read_gate
+from mars_core.gate import GATE_FILE, MATRICES, attach_gate, describe, gate_state, load_gate_state, read_gate
 from training.checkpoint import write_json
 from training.frozen_stage import lr_at, read_examples
 from training.gated_layout import anchors, group_layout, with_targets
@@ -166,6 +166,9 @@ def train(args) -> None:
     run_args = {k: v for k, v in vars(args).items()}
     if args.init and not os.path.isfile(latest):  # another run's adapters, a fresh optimizer and schedule
         start = read_init(args.init, tokenizer.mask_token_id)
+        rank = describe(start["gate"])[0]
+        if rank != args.rank:  # e.g. the shipped gate, cut to rank 8 after training at 16
+            raise ValueError(f"--init {args.init} holds rank-{rank} adapters: give --rank {rank} to continue them")
         load_gate_state(model, {k: v.to(device) for k, v in start["gate"].items()})
         state["cpu_minutes"] = start["state"].get("cpu_minutes", 0.0)  # the clock counts all CPU since the base
         state["minutes"] = start["state"].get("minutes", 0.0)
