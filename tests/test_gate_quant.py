@@ -121,3 +121,23 @@ def test_a_4_bit_file_is_smaller_and_an_unknown_storage_is_refused(tmp_path):
     save_file(state, str(tmp_path / "q2.safetensors"), metadata={"format": "pt", "mask_token_id": "5", "gate_storage": "q2g32"})
     with pytest.raises(ValueError, match="q2g32"):
         read_gate(str(tmp_path / "q2.safetensors"))
+
+
+def test_cut_rank_keeps_the_largest_singular_directions_of_each_adapter():
+    """Oracle of its own: B @ A = U diag(s) V^T built from known orthonormal U, V and known s, so
+    the best rank-2 approximation is U[:, :2] diag(s[:2]) V[:, :2]^T, whatever the split into A, B."""
+    from training.gate_export import cut_rank
+
+    g = torch.Generator().manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(12, 4, generator=g))  # (out, r) orthonormal columns
+    v, _ = torch.linalg.qr(torch.randn(10, 4, generator=g))  # (in, r)
+    s = torch.tensor([5.0, 3.0, 0.5, 0.25])
+    b, a = u * s, v.T  # an unbalanced split: B carries the singular values
+    gate = {"m.q_proj.lora_a": a, "m.q_proj.lora_b": b, "mask_embedding": torch.ones(3)}
+    cut = cut_rank(gate, 2)
+    want = u[:, :2] @ torch.diag(s[:2]) @ v[:, :2].T
+    assert cut["m.q_proj.lora_a"].shape == (2, 10) and cut["m.q_proj.lora_b"].shape == (12, 2)
+    assert torch.allclose(cut["m.q_proj.lora_b"] @ cut["m.q_proj.lora_a"], want, atol=1e-5)
+    assert torch.equal(cut["mask_embedding"], gate["mask_embedding"])
+    with pytest.raises(ValueError, match="rank 4: give a rank below that"):
+        cut_rank(gate, 4)
