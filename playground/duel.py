@@ -9,10 +9,9 @@ import time
 from dataclasses import dataclass
 
 from mars_core import DecodeConfig, TauControl, stream
-from mars_core.gate import gate_of
 
 from . import exactness, render
-from .models import Loaded
+from .models import Loaded, guards_repeats
 
 AR_SIDES = ("AR baseline checkpoint", "MARS model at 1 token/step")
 # what the MARS side runs: value -> label (lossless and spec are exact; see mars_core.decode_exact)
@@ -131,8 +130,8 @@ class Duel:
         if ar_side == AR_SIDES[1] or ar_model is None:
             ar_model = mars_model
         mars_settings = dict(settings)
-        if mars_mode == "mars" and gate_of(mars_model.model) is not None:
-            mars_settings["repeat_guard"] = True  # a gated model's tau refuses repeats (DecodeConfig.repeat_guard)
+        if mars_mode == "mars" and guards_repeats(mars_model):
+            mars_settings["repeat_guard"] = True
         if mars_mode != "mars" and settings["cache"] not in ("none", "cursor"):
             mars_settings["cache"] = "cursor"  # the exact modes run on the cursor cache (or none)
         if mars_mode == "fastest" and settings.get("temperature", 0) != 0:

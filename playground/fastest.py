@@ -23,9 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from mars_core import DecodeConfig
-from mars_core.gate import gate_of
 
-from .models import Loaded, scrub
+from .models import Loaded, guards_repeats, scrub
 
 MAX_NEW = 96  # fastest_exact's replay length: its default, what the library's measurements use
 FALLBACK = "lossless MARS + prompt lookup"  # what the mode runs until the measurement is ready
@@ -135,7 +134,7 @@ def tau_summary(loaded: Loaded, block_size: int, tau: float = 0.95) -> str:
     runs = data.get("runs") or []
     at = [r for r in runs
           if r.get("mode") == "mars" and r.get("tau") == tau and r.get("block_size") in (block_size, None)]
-    guard = gate_of(loaded.model) is not None  # the page's tau mode runs a gated model with the repeat guard
+    guard = guards_repeats(loaded)  # the row of what the page's tau mode runs
     at = next((r for r in at if r.get("repeat_guard", False) == guard), at[0] if at else None)
     one = next((r for r in runs if r.get("mode") == "mars" and r.get("tau") == 1.0), None)  # = its AR
     if at is None:

@@ -161,6 +161,15 @@ class Loaded:
             return None
 
 
+def guards_repeats(loaded: Loaded) -> bool:
+    """Whether the page's tau mode runs this model with the repeat guard (`DecodeConfig.repeat_guard`):
+    our mask-gated models, whose hard-target masks repeat their neighbour's token (docs/smollm2.md).
+    A model without a gate keeps the paper's rule; an exported gated folder records the same default."""
+    from mars_core.gate import gate_of
+
+    return gate_of(loaded.model) is not None
+
+
 def one_forward_at_a_time(model):
     """A mask-gated model (`mars_core.gate`) sets its gate from each forward's input ids and every
     gated layer of that forward reads it: two forwards of one gated model at once, in two threads

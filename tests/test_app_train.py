@@ -43,6 +43,18 @@ def run_page(tab, session, **kw):
     return list(tab.train(*args.values(), session))
 
 
+def run_in_background(tab, session, **kw) -> tuple[threading.Thread, list]:
+    """The page's run in a thread of its own; the list fills with its updates as they come."""
+    got = []
+
+    def page():
+        for update in tab.train(*dict(SHORT, **kw).values(), session):
+            got.append(update)
+    runner = threading.Thread(target=page)
+    runner.start()
+    return runner, got
+
+
 @pytest.mark.parametrize("field,value,message", [
     ("objective", "magic", "objective must be one of gated, paper"),
     ("block_size", 99, "block size B must be between 2 and 8"),
@@ -88,13 +100,7 @@ def test_a_page_run_draws_and_hands_the_model_to_the_playground(pair):  # noqa: 
 def test_stop_keeps_what_was_trained(pair):  # noqa: F811
     tab = make_tab(pair)
     session = Session()
-    got = []
-
-    def page():
-        for out in tab.train(*dict(SHORT, steps=400).values(), session):
-            got.append(out)
-    runner = threading.Thread(target=page)
-    runner.start()
+    runner, got = run_in_background(tab, session, steps=400)
     for _ in range(1200):
         if any(isinstance(o[0], str) and "step 3 of 400" in o[0] for o in got):
             break
@@ -200,13 +206,8 @@ def test_a_generation_is_served_while_a_run_trains(pair):  # noqa: F811
     from playground.tab_playground import PlaygroundTab
 
     tab = make_tab(pair, train_seconds=600.0)
-    session, got = Session(), []
-
-    def page():
-        for out in tab.train(*dict(SHORT, steps=400).values(), session):
-            got.append(out)
-    runner = threading.Thread(target=page)
-    runner.start()
+    session = Session()
+    runner, got = run_in_background(tab, session, steps=400)
     try:
         end = time.monotonic() + 300
         while not any(isinstance(o[0], str) and re.search(r"step [1-9]\d* of 400", o[0]) for o in list(got)):
