@@ -49,6 +49,23 @@ def rule_examples(path, eos, max_len, first=None):
     return out
 
 
+@pytest.mark.parametrize("first", [None, 3, 9, 12])
+def test_examples_of_several_files_are_those_of_their_concatenation_in_order(tmp_path, tokenizer, first):
+    from training.frozen_stage import read_examples
+
+    a = write_data(tmp_path / "a.jsonl", tokenizer)
+    b = [dict(r, id=r["id"] + 100) for r in write_data(tmp_path / "b.jsonl", tokenizer, seed=3)]
+    with open(tmp_path / "b.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in b)
+    with open(tmp_path / "ab.jsonl", "w") as f:  # id 120 is held out in b as 20 is in a
+        f.writelines(json.dumps(r) + "\n" for r in a + b)
+    got = read_examples([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")], 2, 64, first)
+    assert [(ids, start) for _, ids, start in got] == rule_examples(tmp_path / "ab.jsonl", 2, 64, first)
+    assert [i for i, _, _ in got][:2] == [1, 2]  # a's first: the order given
+    with pytest.raises(ValueError, match="prompt id 1 is in the training data twice"):
+        read_examples([str(tmp_path / "a.jsonl"), str(tmp_path / "a.jsonl")], 2, 64)
+
+
 def rule_batch(step, n, accum, seed):
     per = -(-n // accum)  # every epoch ends with its short batch
     epoch, i = divmod(step, per)

@@ -295,6 +295,22 @@ def test_an_interrupted_gated_stage_resumes_to_the_same_adapters(tmp_path, tiny_
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "twice", "--rank", "3") == 2  # not the same run
 
 
+def test_two_data_files_train_what_their_concatenation_trains(tmp_path, tiny_model_dir, tokenizer):
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "one") == 0  # writes d.jsonl (6 training records)
+    rows = open(tmp_path / "d.jsonl").readlines()
+    (tmp_path / "d1.jsonl").write_text("".join(rows[:3]))
+    (tmp_path / "d2.jsonl").write_text("".join(rows[3:]))
+    from training.gated_stage import main
+
+    assert main(["--base", tiny_model_dir, "--data", str(tmp_path / "d1.jsonl"), str(tmp_path / "d2.jsonl"),
+                 "--out", str(tmp_path / "two"), "--rank", "2", "--accum", "2", "--epochs", "2", "--lr", "1e-2",
+                 "--warmup", "1", "--groups", "3"]) == 0
+    one, two = (torch.load(tmp_path / d / "latest.pt") for d in ("one", "two"))
+    assert one["state"]["examples"] == two["state"]["examples"] == 6
+    for k in one["gate"]:
+        torch.testing.assert_close(one["gate"][k], two["gate"][k], rtol=0, atol=0)
+
+
 def test_targets_hard_and_soft_train_different_adapters(tmp_path, tiny_model_dir, tokenizer):
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "soft", "--max-steps", "2", "--targets", "soft") == 0
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "hard", "--max-steps", "2", "--targets", "hard") == 0

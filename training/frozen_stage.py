@@ -40,14 +40,20 @@ def holdout(record_id: int) -> bool:
     return record_id % 20 == 0
 
 
-def read_examples(path: str, eos_id: int, max_len: int, first: int | None = None) -> list[tuple[int, list[int], int]]:
-    """(id, ids, response start) of the training records among the file's `first` lines (all when
-    None; distill files only grow, so a prefix is a fixed data set), cut at `max_len` tokens."""
+def read_examples(paths: str | list[str], eos_id: int, max_len: int, first: int | None = None) -> list[tuple[int, list[int], int]]:
+    """(id, ids, response start) of the training records among the `first` lines of the files read in
+    order (all when None; distill files only grow, so a prefix of the files' concatenation is a fixed
+    data set while every file but the last is complete), cut at `max_len` tokens."""
+    lines, seen = [], set()
+    for path in [paths] if isinstance(paths, str) else paths:
+        with open(path, encoding="utf-8") as f:
+            lines += [line for line in f if line.strip()]
     out = []
-    with open(path, encoding="utf-8") as f:
-        lines = [line for line in f if line.strip()]
     for line in lines[:first]:
         rec = json.loads(line)
+        if rec["id"] in seen:  # two files from one prompt set would count an answer twice
+            raise ValueError(f"prompt id {rec['id']} is in the training data twice: give files of distinct ids")
+        seen.add(rec["id"])
         if holdout(rec["id"]) or not rec["response_ids"]:
             continue
         ids = rec["prompt_ids"] + rec["response_ids"] + ([eos_id] if rec["ended"] else [])

@@ -155,7 +155,7 @@ def train(args) -> None:
                          matrices=matrices)
     examples = read_examples(args.data, tokenizer.eos_token_id, args.max_len, args.first)
     if not examples:
-        raise ValueError(f"{args.data} has no training records (held-out ids and empty answers are skipped)")
+        raise ValueError(f"{' '.join(args.data)} has no training records (held-out ids and empty answers are skipped)")
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     total = math.ceil(args.epochs * steps_per_epoch(len(examples), args.accum))
     # cpu_minutes: this process's CPU time summed over its threads, across sittings: the measure a
@@ -226,9 +226,10 @@ def train(args) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--base", default="smollm2-135m-instruct")
-    p.add_argument("--data", required=True, help="a training.distill file (the base's own answers)")
+    p.add_argument("--data", required=True, nargs="+",
+                   help="training.distill files (the base's own answers), read in this order")
     p.add_argument("--out", required=True)
-    p.add_argument("--first", type=int, default=None, help="train on the data file's first N records")
+    p.add_argument("--first", type=int, default=None, help="train on the data files' first N records")
     p.add_argument("--init", default=None, help="start from another gated run's adapters, or a shipped gated model folder (fresh optimizer "
                                                "and schedule; its CPU-minutes continue); an --out with latest.pt resumes instead")
     p.add_argument("--rank", type=int, default=16)
