@@ -11,6 +11,10 @@ configuration exactly: the chain ("last", "all"), a draft tree, planned budgets,
 prompt lookup. For a mask-gated fine-tune the AR output is the base's whatever the snapshot, so
 one AR run serves every snapshot of a training curve. Also reported: the masks' top-1 accuracy per
 distance (the share of positions whose mask predicts the AR token).
+
+`--distill FILE --split dev|train` replays the base's answers of a `training.distill` file instead of
+a run: its held-out prompts or those it trains on, which with a self-instruct replay splits the
+masks' gap on real text into what they memorised and what our prompt generator does not cover.
 """
 from __future__ import annotations
 
@@ -38,6 +42,25 @@ CONFIGS = {
     "tree 2,2,1 + lookup": dict(draft_tree=(2, 2, 1), prompt_lookup=2, prompt_lookup_tokens=10),
     "budget 8,2 + lookup": dict(draft_budget=(8, 2), prompt_lookup=2, prompt_lookup_tokens=10),
 }
+
+
+def distill_texts(path: str, split: str, limit: int | None, max_new_tokens: int, stop_id: int):
+    """(texts, tokens) as `ar_text` gives them for the answers of a distill file (the base's greedy
+    output, stored as generated): `split` "dev" keeps the held-out prompts (every 20th id, the rule of
+    training.frozen_stage.holdout), "train" the others; each answer cut at `max_new_tokens`, its stop
+    token put back where it ended within them."""
+    texts, tokens = [], []
+    with open(path, encoding="utf-8") as f:
+        for r in map(json.loads, filter(str.strip, f)):
+            if (r["id"] % 20 == 0) != (split == "dev") or not r["response_ids"]:
+                continue
+            ids = r["response_ids"][:max_new_tokens]
+            ended = r["ended"] and len(r["response_ids"]) <= max_new_tokens
+            texts.append((r["prompt_ids"] + ids + ([stop_id] if ended else []), len(r["prompt_ids"]) - 1))
+            tokens.append(len(ids))
+            if len(texts) == limit:
+                break
+    return texts, tokens
 
 
 def samples_of(model, texts: list, mask_id: int, block_size: int) -> list:
@@ -116,11 +139,14 @@ def curve(args, model, tok, texts: list, tokens: list[int], mask_id: int) -> int
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, help="a real_eval folder holding the model's `ar` outputs")
+    p.add_argument("--run", default=None, help="a real_eval folder holding the model's `ar` outputs")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--spec-bench")
     src.add_argument("--self-instruct")
     src.add_argument("--prompts")
+    src.add_argument("--distill", help="a training.distill file: replay its answers (no --run)")
+    p.add_argument("--split", choices=("dev", "train"), default="dev", help="with --distill: held-out or trained-on prompts")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="with --distill: answers cut at this length")
     p.add_argument("--model", default="smollm2-135m-mars")
     p.add_argument("--layers", default=None, help="a gated stage's snapshot: its adapters on --model")
     p.add_argument("--curve", default=None, help="a gated run's folder: replay each of its snapshots (kept in "
@@ -134,26 +160,34 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     kind, path = next((k, v) for k, v in (("spec-bench", args.spec_bench), ("self-instruct", args.self_instruct),
-                                          ("ours", args.prompts)) if v)
+                                          ("ours", args.prompts), ("distill", args.distill)) if v)
     if not (args.out or args.curve):
         p.error("give --out (one replay) or --curve RUN (a training curve)")
+    if (kind == "distill") == bool(args.run):
+        p.error("give --run with a prompt file, or --distill without it")
     try:
-        prompts = {r["id"]: r for r in read_set(kind, path)}
         model, tok = load_model(args.model, dtype="float32")
         if args.layers:
             install_gate(model, torch.load(args.layers, map_location="cpu")["gate"], tok.mask_token_id)
-        with open(os.path.join(args.run, "outputs.jsonl"), encoding="utf-8") as f:
-            ars = [r for r in map(json.loads, filter(str.strip, f)) if r["setting"] == "ar"][: args.limit]
         mask_id, _, stop = special_ids(model, tok)
-        texts = [ar_text(tok, prompts, r, stop[0]) for r in ars]
+        if kind == "distill":
+            texts, tokens = distill_texts(path, args.split, args.limit, args.max_new_tokens, stop[0])
+        else:
+            prompts = {r["id"]: r for r in read_set(kind, path)}
+            with open(os.path.join(args.run, "outputs.jsonl"), encoding="utf-8") as f:
+                ars = [r for r in map(json.loads, filter(str.strip, f)) if r["setting"] == "ar"][: args.limit]
+            texts, tokens = [ar_text(tok, prompts, r, stop[0]) for r in ars], [r["tokens"] for r in ars]
     except (ValueError, OSError, KeyError) as e:
         print(f"error: {e}")
         return 2
+    if not texts:
+        print(f"error: {path} has no answers to replay")
+        return 2
     if args.curve:
-        return curve(args, model, tok, texts, [r["tokens"] for r in ars], mask_id)
+        return curve(args, model, tok, texts, tokens, mask_id)
     samples = samples_of(model, texts, mask_id, args.block_size)
-    result = {"model": args.model, "layers": args.layers, "n": len(samples),
-              **summarise(samples, [r["tokens"] for r in ars], args.block_size)}
+    result = {"model": args.model, "layers": args.layers, "n": len(samples), **({"split": args.split} if kind == "distill" else {}),
+              **summarise(samples, tokens, args.block_size)}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)

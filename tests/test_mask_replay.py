@@ -87,3 +87,33 @@ def test_by_distance_counts_top1_and_the_previous_token_from_the_rule():
     assert got["top1 by distance"] == [round(1 / 3, 4), 0.0]
     # d2 targets text[3..5] = 7, 8, 9 with previous 7, 7, 8: the first is a repeat (not counted)
     assert got["says previous by distance"] == [1.0, 0.0]
+
+
+def test_a_distill_files_answers_replay_as_the_same_answers_of_a_run(run, tmp_path):
+    """The run's AR answers written as a distill file under held-out ids (0, 20, 40), beside trained-on
+    ids whose answers differ: --split dev replays exactly what --run replays, --split train the rest."""
+    from mars_core import load_model
+    from mars_core.prompts import encode_prompt
+
+    _, tok = load_model(BUNDLED)
+    prompts = [json.loads(line) for line in open(run / "p.jsonl")]
+    ars = [r for r in map(json.loads, open(run / "run" / "outputs.jsonl")) if r["setting"] == "ar"]
+    with open(tmp_path / "d.jsonl", "w") as f:
+        for r in ars:
+            ids = encode_prompt(tok, prompts[r["id"]]["prompt"])
+            for rid, answer in ((20 * r["id"], r["ids"]), (20 * r["id"] + 1, r["ids"][::-1])):
+                f.write(json.dumps({"id": rid, "prompt": "p", "prompt_ids": ids, "response_ids": answer,
+                                    "ended": r["forwards"] > r["tokens"], "response": "r"}) + "\n")
+    common = ["--model", BUNDLED, "--distill", str(tmp_path / "d.jsonl"), "--max-new-tokens", "40"]
+    assert mask_replay.main([*common, "--out", str(tmp_path / "dev.json")]) == 0
+    assert mask_replay.main([*common, "--split", "train", "--out", str(tmp_path / "train.json")]) == 0
+    if not (run / "r.json").exists():
+        assert mask_replay.main(["--run", str(run / "run"), "--prompts", str(run / "p.jsonl"), "--model", BUNDLED,
+                                 "--out", str(run / "r.json")]) == 0
+    plain, dev, train = (json.loads(p.read_text()) for p in (run / "r.json", tmp_path / "dev.json", tmp_path / "train.json"))
+    assert dev["split"] == "dev" and dev["n"] == train["n"] == 3
+    for k in mask_replay.CONFIGS:
+        assert dev[k] == plain[k], k
+    assert train["chain all"] != plain["chain all"]
+    with pytest.raises(SystemExit):  # argparse's message: a run and a distill file are two sources
+        mask_replay.main(["--run", str(run / "run"), *common, "--out", str(tmp_path / "x.json")])
