@@ -293,6 +293,16 @@ def test_an_interrupted_gated_stage_resumes_to_the_same_adapters(tmp_path, tiny_
     for k in once["gate"]:
         torch.testing.assert_close(once["gate"][k], twice["gate"][k], rtol=1e-5, atol=1e-6)
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "twice", "--rank", "3") == 2  # not the same run
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "twice", "--first", "4") == 2  # not the same data
+
+
+def test_a_run_whose_data_file_grew_is_not_resumed_on_other_batches(tmp_path, tiny_model_dir, tokenizer, capsys):
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "grew", "--max-steps", "1") == 0
+    rows = open(tmp_path / "d.jsonl").readlines()
+    with open(tmp_path / "d.jsonl", "a") as f:  # a distill file still being written
+        f.write(rows[-1].replace('"id": ', '"id": 99', 1))
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "grew") == 2
+    assert "trained on 6 examples, --data and --first now give 7" in capsys.readouterr().out
 
 
 def test_two_data_files_train_what_their_concatenation_trains(tmp_path, tiny_model_dir, tokenizer):

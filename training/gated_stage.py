@@ -175,6 +175,9 @@ def train(args) -> None:
     if os.path.isfile(latest):
         saved = torch.load(latest, map_location=device)
         check_resume(saved["state"].get("args", {}), run_args)
+        if saved["state"].get("examples", len(examples)) != len(examples):  # a grown file would reshuffle every batch
+            raise ValueError(f"{latest} trained on {saved['state']['examples']} examples, --data and --first now give "
+                             f"{len(examples)}: give the files and --first it was started with")
         load_gate_state(model, saved["gate"])
         optimizer.load_state_dict(saved["optimizer"])
         state.update({k: saved["state"][k] for k in ("step", "minutes", "cpu_minutes")})
