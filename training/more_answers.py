@@ -1,0 +1,97 @@
+"""More of the base's answers for the gated stage, on a CPU, in one resumable command.
+
+    python -m training.more_answers --out runs/more && python -m training.gated_stage \
+        --data data/smollm2/distill.jsonl runs/more/distill-0.jsonl runs/more/distill-1.jsonl --first 5251 ...
+
+1. prompts: `make_prompts(n, seed)` (seed 1: the committed 2,400 are seed 0) minus those already in
+   the committed set, with ids from 100000 up (clear of the committed ids; every 20th is still held
+   out, `frozen_stage.holdout`), written once to OUT/prompts.jsonl;
+2. split once into `--workers` contiguous shares (OUT/prompts-K.jsonl), each distilled by its own
+   `training.distill` process of one thread to OUT/distill-K.jsonl. On this project's 2-core CPU
+   one thread distils about 18 prompts a minute and two threads in one process about 14, so two
+   processes of one thread each do about 2.5 times the work of one of two threads.
+
+Nothing is lost to a stop: a rerun of the same command skips the answers written (the split is
+kept, so a changed `--workers` cannot give one prompt to two files). It returns 0 only when every
+share is complete, so the stage after `&&` starts on a fixed data set.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from training.distill import done_ids, read_prompts
+
+FIRST_ID = 100_000
+
+
+def write_prompts(out: str, n: int, seed: int, exclude: str | None) -> list[dict]:
+    """OUT/prompts.jsonl, made once: the generator's prompts not in `exclude`, ids from FIRST_ID."""
+    from training.chat_prompts import make_prompts
+
+    path = os.path.join(out, "prompts.jsonl")
+    if not os.path.isfile(path):
+        old = {r["prompt"] for r in read_prompts(exclude)} if exclude else set()
+        rows = [{"id": FIRST_ID + i, "prompt": p} for i, p in enumerate(q for q in make_prompts(n, seed) if q not in old)]
+        _write(path, rows)
+    return read_prompts(path)
+
+
+def shares(out: str, prompts: list[dict], workers: int) -> list[str]:
+    """The share files, split into `workers` contiguous parts the first time and kept after."""
+    kept = sorted(f for f in os.listdir(out) if f.startswith("prompts-") and f.endswith(".jsonl"))
+    if kept:
+        return [os.path.join(out, f) for f in kept]
+    size = -(-len(prompts) // workers)
+    paths = [os.path.join(out, f"prompts-{k}.jsonl") for k in range(workers)]
+    for k, path in enumerate(paths):
+        _write(path, prompts[k * size:(k + 1) * size])
+    return paths
+
+
+def _write(path: str, rows: list[dict]) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--n", type=int, default=4000, help="prompts asked of the generator (before the committed ones go)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--exclude", default="data/smollm2/prompts.jsonl", help="a prompt file whose prompts are left out")
+    p.add_argument("--workers", type=int, default=2, help="distill processes of one thread each")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=192)
+    args = p.parse_args(argv)
+    if args.workers < 1 or args.n < 1:
+        print("error: --workers and --n must be at least 1")
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        prompts = write_prompts(args.out, args.n, args.seed, args.exclude)
+        parts = shares(args.out, prompts, args.workers)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}")
+        return 2
+    jobs = []
+    for k, part in enumerate(parts):
+        out = os.path.join(args.out, f"distill-{k}.jsonl")
+        with open(os.path.join(args.out, f"log-{k}.txt"), "a", encoding="utf-8") as log:
+            jobs.append(subprocess.Popen([sys.executable, "-m", "training.distill", "--model", args.model, "--prompts", part,
+                                          "--out", out, "--batch-size", str(args.batch_size), "--max-new-tokens",
+                                          str(args.max_new_tokens), "--threads", "1"], stdout=log, stderr=subprocess.STDOUT))
+    codes = [job.wait() for job in jobs]
+    left = sum(len({r["id"] for r in read_prompts(part)} - done_ids(os.path.join(args.out, f"distill-{k}.jsonl")))
+               for k, part in enumerate(parts))
+    print(f"{len(prompts) - left} of {len(prompts)} answers in {args.out}" + (f"; distill exit codes {codes}" if any(codes) else ""))
+    return 0 if left == 0 and not any(codes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
