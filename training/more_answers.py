@@ -8,8 +8,8 @@
    out, `frozen_stage.holdout`), written once to OUT/prompts.jsonl;
 2. split once into `--workers` contiguous shares (OUT/prompts-K.jsonl), each distilled by its own
    `training.distill` process of one thread to OUT/distill-K.jsonl. On this project's 2-core CPU
-   one thread distils about 18 prompts a minute and two threads in one process about 14, so two
-   processes of one thread each do about 2.5 times the work of one of two threads.
+   two such processes distil about 17 prompts a minute each, and one process of two threads about
+   14: 2.4 times the work (docs/smollm2.md).
 
 Nothing is lost to a stop: a rerun of the same command skips the answers written (the split is
 kept, so a changed `--workers` cannot give one prompt to two files). It returns 0 only when every
