@@ -48,14 +48,14 @@ def distill_texts(path: str, split: str, limit: int | None, max_new_tokens: int,
     """(texts, tokens) as `ar_text` gives them for the answers of a distill file (the base's greedy
     output, stored as generated): `split` "dev" keeps the held-out prompts (every 20th id, the rule of
     training.frozen_stage.holdout), "train" the others; each answer cut at `max_new_tokens`, its stop
-    token put back where it ended within them."""
+    token put back where a decode capped there would have emitted it."""
     texts, tokens = [], []
     with open(path, encoding="utf-8") as f:
         for r in map(json.loads, filter(str.strip, f)):
             if (r["id"] % 20 == 0) != (split == "dev") or not r["response_ids"]:
                 continue
             ids = r["response_ids"][:max_new_tokens]
-            ended = r["ended"] and len(r["response_ids"]) <= max_new_tokens
+            ended = r["ended"] and len(r["response_ids"]) < max_new_tokens  # at the cap AR stops without it
             texts.append((r["prompt_ids"] + ids + ([stop_id] if ended else []), len(r["prompt_ids"]) - 1))
             tokens.append(len(ids))
             if len(texts) == limit:
