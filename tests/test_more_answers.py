@@ -59,3 +59,10 @@ def test_it_says_so_and_returns_1_while_a_share_is_incomplete(tmp_path, tiny_mod
     monkeypatch.setattr(more_answers.subprocess, "Popen", Stopped)
     assert _run(tmp_path, tiny_model_dir) == 1
     assert "0 of 9 answers" in capsys.readouterr().out
+
+
+def test_kept_shares_are_read_in_their_numbers_order(tmp_path):
+    for k in (0, 1, 2, 10, 9):
+        (tmp_path / f"prompts-{k}.jsonl").write_text("")
+    got = more_answers.shares(str(tmp_path), [], 3)
+    assert [p.rsplit("-", 1)[1] for p in got] == ["0.jsonl", "1.jsonl", "2.jsonl", "9.jsonl", "10.jsonl"]

@@ -42,7 +42,8 @@ def write_prompts(out: str, n: int, seed: int, exclude: str | None) -> list[dict
 
 def shares(out: str, prompts: list[dict], workers: int) -> list[str]:
     """The share files, split into `workers` contiguous parts the first time and kept after."""
-    kept = sorted(f for f in os.listdir(out) if f.startswith("prompts-") and f.endswith(".jsonl"))
+    kept = sorted((f for f in os.listdir(out) if f.startswith("prompts-") and f.endswith(".jsonl")),
+                  key=lambda f: int(f[len("prompts-"):-len(".jsonl")]))  # numeric: share 10 after share 9
     if kept:
         return [os.path.join(out, f) for f in kept]
     size = -(-len(prompts) // workers)
@@ -79,16 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}")
         return 2
+    outputs = [os.path.join(args.out, f"distill-{k}.jsonl") for k in range(len(parts))]
     jobs = []
-    for k, part in enumerate(parts):
-        out = os.path.join(args.out, f"distill-{k}.jsonl")
+    for k, (part, out) in enumerate(zip(parts, outputs)):
         with open(os.path.join(args.out, f"log-{k}.txt"), "a", encoding="utf-8") as log:
             jobs.append(subprocess.Popen([sys.executable, "-m", "training.distill", "--model", args.model, "--prompts", part,
                                           "--out", out, "--batch-size", str(args.batch_size), "--max-new-tokens",
                                           str(args.max_new_tokens), "--threads", "1"], stdout=log, stderr=subprocess.STDOUT))
     codes = [job.wait() for job in jobs]
-    left = sum(len({r["id"] for r in read_prompts(part)} - done_ids(os.path.join(args.out, f"distill-{k}.jsonl")))
-               for k, part in enumerate(parts))
+    left = sum(len({r["id"] for r in read_prompts(part)} - done_ids(out)) for part, out in zip(parts, outputs))
     print(f"{len(prompts) - left} of {len(prompts)} answers in {args.out}" + (f"; distill exit codes {codes}" if any(codes) else ""))
     return 0 if left == 0 and not any(codes) else 1
 
