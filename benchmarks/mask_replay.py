@@ -15,6 +15,8 @@ distance (the share of positions whose mask predicts the AR token).
 `--distill FILE --split dev|train` replays the base's answers of a `training.distill` file instead of
 a run: its held-out prompts or those it trains on, which with a self-instruct replay splits the
 masks' gap on real text into what they memorised and what our prompt generator does not cover.
+Where the answers come from several categories (Spec-Bench) the result also holds each category's
+own replay ("by category"); `--per-category N` replays the first N answers of each.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from mars_core.fastest import replay, sample_of
 from mars_core.gate import install_gate
 from mars_core.prompts import special_ids
 
-from .real_eval import read_set
+from .real_eval import first_of_each, read_set
 from .tree_bound import ar_text
 
 CONFIGS = {
@@ -104,6 +106,15 @@ def _shares(counts: list[list[int]]) -> list[float | None]:
     return [round(h / n, 4) if n else None for h, n in counts]
 
 
+def by_category(samples, tokens: list[int], categories: list[str], block_size: int) -> dict:
+    """`summarise` of each category's texts alone: where on real text the masks fall short."""
+    out = {}
+    for cat in dict.fromkeys(categories):
+        idx = [i for i, c in enumerate(categories) if c == cat]
+        out[cat] = {"n": len(idx), **summarise([samples[i] for i in idx], [tokens[i] for i in idx], block_size)}
+    return out
+
+
 CURVE = ("chain last", "chain all", "tree 2,2,1", "budget 12,3", "chain all + lookup", "tree 2,2,1 + lookup")
 
 
@@ -154,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=1, help="with --curve: every N-th snapshot (and the last)")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--per-category", type=int, default=None, help="with --run: the first N answers of each category")
     p.add_argument("--out", default=None)
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
@@ -172,11 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         mask_id, _, stop = special_ids(model, tok)
         if kind == "distill":
             texts, tokens = distill_texts(path, args.split, args.limit, args.max_new_tokens, stop[0])
+            categories = [kind] * len(texts)
         else:
             prompts = {r["id"]: r for r in read_set(kind, path)}
             with open(os.path.join(args.run, "outputs.jsonl"), encoding="utf-8") as f:
-                ars = [r for r in map(json.loads, filter(str.strip, f)) if r["setting"] == "ar"][: args.limit]
+                ars = first_of_each([r for r in map(json.loads, filter(str.strip, f)) if r["setting"] == "ar"],
+                                    args.per_category)[: args.limit]
             texts, tokens = [ar_text(tok, prompts, r, stop[0]) for r in ars], [r["tokens"] for r in ars]
+            categories = [r.get("category", kind) for r in ars]
     except (ValueError, OSError, KeyError) as e:
         print(f"error: {e}")
         return 2
@@ -188,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     samples = samples_of(model, texts, mask_id, args.block_size)
     result = {"model": args.model, "layers": args.layers, "n": len(samples), **({"split": args.split} if kind == "distill" else {}),
               **summarise(samples, tokens, args.block_size)}
+    if len(set(categories)) > 1:
+        result["by category"] = by_category(samples, tokens, categories, args.block_size)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)

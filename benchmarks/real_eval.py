@@ -55,15 +55,18 @@ def read_set(kind: str, path: str, limit: int | None = None, per_category: int |
                                  "answers": r.get("answers"), "rule": r.get("rule", "contains")})
             except (ValueError, KeyError, TypeError, IndexError) as e:
                 raise ValueError(f"{path}:{number}: not a {kind} record ({type(e).__name__}: {e})") from None
-    if per_category is not None:
-        seen: dict[str, int] = defaultdict(int)
-        kept = []
-        for r in rows:
-            seen[r["category"]] += 1
-            if seen[r["category"]] <= per_category:
-                kept.append(r)
-        rows = kept
-    return rows[:limit]
+    return first_of_each(rows, per_category)[:limit]
+
+
+def first_of_each(records: list[dict], n: int | None) -> list[dict]:
+    """The first `n` records of each category, in their order (all of them where `n` is None)."""
+    seen: dict[str, int] = defaultdict(int)
+    kept = []
+    for r in records:
+        seen[r.get("category")] += 1
+        if n is None or seen[r.get("category")] <= n:
+            kept.append(r)
+    return kept
 
 
 def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True,

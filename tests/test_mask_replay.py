@@ -117,3 +117,32 @@ def test_a_distill_files_answers_replay_as_the_same_answers_of_a_run(run, tmp_pa
     assert train["chain all"] != plain["chain all"]
     with pytest.raises(SystemExit):  # argparse's message: a run and a distill file are two sources
         mask_replay.main(["--run", str(run / "run"), *common, "--out", str(tmp_path / "x.json")])
+
+
+def test_each_category_replays_as_its_answers_alone(run, tmp_path):
+    """Categories a, b, a: "by category" of the whole run equals a replay of each category's answers
+    on their own (a run file holding only them), and --per-category 1 keeps the first of each."""
+    cats = {0: "a", 1: "b", 2: "a"}
+    lines = [json.loads(line) for line in open(run / "p.jsonl")]
+    with open(tmp_path / "p.jsonl", "w") as f:
+        f.writelines(json.dumps({**r, "category": cats[r["id"]]}) + "\n" for r in lines)
+    ars = [{**r, "category": cats[r["id"]]} for r in map(json.loads, open(run / "run" / "outputs.jsonl"))
+           if r["setting"] == "ar"]
+    for name, keep in (("all", ("a", "b")), ("a", ("a",)), ("b", ("b",))):
+        (tmp_path / name).mkdir()
+        with open(tmp_path / name / "outputs.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in ars if r["category"] in keep)
+    common = ["--prompts", str(tmp_path / "p.jsonl"), "--model", BUNDLED]
+    for name in ("all", "a", "b"):
+        assert mask_replay.main(["--run", str(tmp_path / name), *common, "--out", str(tmp_path / f"{name}.json")]) == 0
+    whole, a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("all", "a", "b"))
+    assert list(whole["by category"]) == ["a", "b"] and "by category" not in a
+    for cat, alone in (("a", a), ("b", b)):
+        assert whole["by category"][cat]["n"] == alone["n"]
+        for k in (*mask_replay.CONFIGS, "top1 by distance"):
+            assert whole["by category"][cat][k] == alone[k], (cat, k)
+    assert a["chain all"] != b["chain all"]  # else the check above could not see a mixed-up slice
+    assert mask_replay.main(["--run", str(tmp_path / "all"), *common, "--per-category", "1",
+                             "--out", str(tmp_path / "one.json")]) == 0
+    one = json.loads((tmp_path / "one.json").read_text())
+    assert one["n"] == 2 and {c: v["n"] for c, v in one["by category"].items()} == {"a": 1, "b": 1}
