@@ -66,3 +66,19 @@ def test_kept_shares_are_read_in_their_numbers_order(tmp_path):
         (tmp_path / f"prompts-{k}.jsonl").write_text("")
     got = more_answers.shares(str(tmp_path), [], 3)
     assert [p.rsplit("-", 1)[1] for p in got] == ["0.jsonl", "1.jsonl", "2.jsonl", "9.jsonl", "10.jsonl"]
+
+
+def test_context_prompts_are_built_from_the_given_answers_with_ids_of_their_own(tmp_path, tiny_model_dir):
+    from training.context_prompts import make_context_prompts, read_answers, usable
+
+    with open(tmp_path / "d.jsonl", "w") as f:
+        for i in range(60):
+            f.write(json.dumps({"id": i, "prompt": f"What is thing {i}?", "ended": True, "response":
+                                " ".join(f"Thing {i} is word{i}x{k} in sentence {k} of it." for k in range(4))}) + "\n")
+    assert more_answers.main(["--out", str(tmp_path / "ctx"), "--model", tiny_model_dir, "--n", "5", "--seed", "2",
+                              "--contexts", str(tmp_path / "d.jsonl"), "--max-new-tokens", "4", "--batch-size", "4"]) == 0
+    prompts = read_prompts(tmp_path / "ctx" / "prompts.jsonl")
+    want = make_context_prompts(usable(read_answers([str(tmp_path / "d.jsonl")])), 5, 2)
+    assert [r["prompt"] for r in prompts] == want and [r["id"] for r in prompts] == list(range(200_000, 200_005))
+    got = _records(tmp_path / "ctx" / "distill-0.jsonl") + _records(tmp_path / "ctx" / "distill-1.jsonl")
+    assert sorted(r["id"] for r in got) == list(range(200_000, 200_005))

@@ -2,9 +2,8 @@
 
 The prompts span what an assistant is asked (explain, list, compare, write, rewrite, plan, code,
 reason, convert, define, advise, role-play) so that the masks learn general continuations, not
-one category's. Translation, summarisation of long articles and retrieval contexts are left out
-on purpose: Spec-Bench measures them, and a category the model never trained on says more about
-how MARS generalises. Nothing here is copied from a prompt set, so it can be committed and
+one category's. Prompts that hand the model a text (summaries, retrieved passages, translation,
+extraction) are made from the base's own answers by `training.context_prompts`. Nothing here is copied from a prompt set, so it can be committed and
 regenerated bit for bit: `make_prompts(n, seed)` is a pure function.
 
     python -m training.chat_prompts --n 2000 --seed 0 --out data/smollm2/prompts.jsonl

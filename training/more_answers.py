@@ -11,6 +11,13 @@
    two such processes distil about 17 prompts a minute each, and one process of two threads about
    14: 2.4 times the work (docs/smollm2.md).
 
+With `--contexts FILE...` the prompts of step 1 hand the model one of the base's answers to work on
+(`training.context_prompts`: summaries, questions over passages, translation, extraction), ids from
+200000:
+
+    python -m training.more_answers --out runs/context --n 1200 --seed 0 \
+        --contexts data/smollm2/distill.jsonl runs/more/distill-0.jsonl runs/more/distill-1.jsonl
+
 Nothing is lost to a stop: a rerun of the same command skips the answers written (the split is
 kept, so a changed `--workers` cannot give one prompt to two files). It returns 0 only when every
 share is complete, so the stage after `&&` starts on a fixed data set.
@@ -26,17 +33,24 @@ import sys
 from training.distill import done_ids, read_prompts
 
 FIRST_ID = 100_000
+FIRST_CONTEXT_ID = 200_000
 
 
-def write_prompts(out: str, n: int, seed: int, exclude: str | None) -> list[dict]:
-    """OUT/prompts.jsonl, made once: the generator's prompts not in `exclude`, ids from FIRST_ID."""
+def write_prompts(out: str, n: int, seed: int, exclude: str | None, contexts: list[str] | None = None) -> list[dict]:
+    """OUT/prompts.jsonl, made once: the generator's prompts not in `exclude`, ids from FIRST_ID; or,
+    with `contexts` (distill files), prompts over their answers (`training.context_prompts`), ids
+    from FIRST_CONTEXT_ID."""
     from training.chat_prompts import make_prompts
+    from training.context_prompts import make_context_prompts, read_answers, usable
 
     path = os.path.join(out, "prompts.jsonl")
     if not os.path.isfile(path):
-        old = {r["prompt"] for r in read_prompts(exclude)} if exclude else set()
-        rows = [{"id": FIRST_ID + i, "prompt": p} for i, p in enumerate(q for q in make_prompts(n, seed) if q not in old)]
-        _write(path, rows)
+        if contexts:
+            made, first = make_context_prompts(usable(read_answers(contexts)), n, seed), FIRST_CONTEXT_ID
+        else:
+            old = {r["prompt"] for r in read_prompts(exclude)} if exclude else set()
+            made, first = [q for q in make_prompts(n, seed) if q not in old], FIRST_ID
+        _write(path, [{"id": first + i, "prompt": p} for i, p in enumerate(made)])
     return read_prompts(path)
 
 
@@ -66,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=4000, help="prompts asked of the generator (before the committed ones go)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--exclude", default="data/smollm2/prompts.jsonl", help="a prompt file whose prompts are left out")
+    p.add_argument("--contexts", nargs="+", default=None, help="distill files: ask for prompts over their answers "
+                   "(summaries, passages, translation, extraction) instead of the generator's")
     p.add_argument("--workers", type=int, default=2, help="distill processes of one thread each")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=192)
@@ -75,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.makedirs(args.out, exist_ok=True)
     try:
-        prompts = write_prompts(args.out, args.n, args.seed, args.exclude)
+        prompts = write_prompts(args.out, args.n, args.seed, args.exclude, args.contexts)
         parts = shares(args.out, prompts, args.workers)
     except (ValueError, OSError) as e:
         print(f"error: {e}")
