@@ -305,6 +305,26 @@ def test_a_run_whose_data_file_grew_is_not_resumed_on_other_batches(tmp_path, ti
     assert "trained on 6 examples, --data and --first now give 7" in capsys.readouterr().out
 
 
+def test_a_folder_that_another_process_trains_is_refused_and_free_once_it_stops(tmp_path, tiny_model_dir, tokenizer,
+                                                                                capsys):
+    import subprocess
+    import sys
+
+    (tmp_path / "busy").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from training.checkpoint import hold_folder; "
+                               f"f = hold_folder({str(tmp_path / 'busy')!r}); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert _stage(tmp_path, tiny_model_dir, tokenizer, "busy", "--max-steps", "1") == 2
+        assert "is being trained by another process now" in capsys.readouterr().out
+        assert not (tmp_path / "busy" / "latest.pt").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _stage(tmp_path, tiny_model_dir, tokenizer, "busy", "--max-steps", "1") == 0  # a killed holder leaves no lock
+
+
 def test_two_data_files_train_what_their_concatenation_trains(tmp_path, tiny_model_dir, tokenizer):
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "one") == 0  # writes d.jsonl (6 training records)
     rows = open(tmp_path / "d.jsonl").readlines()

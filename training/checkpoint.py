@@ -157,6 +157,23 @@ def write_text(path: str, text: str) -> bool:
     return True
 
 
+def hold_folder(folder: str):
+    """An exclusive lock on a run folder for as long as the returned file is open (its `.lock`, flock):
+    a second process started on a folder that one is training would interleave two runs' steps in one
+    latest.pt. The lock goes with its process, so a killed run never leaves a stale one behind."""
+    import fcntl
+
+    os.makedirs(folder, exist_ok=True)
+    f = open(os.path.join(folder, ".lock"), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise ValueError(f"{folder} is being trained by another process now: wait for it to stop, "
+                         "or give another --out") from None
+    return f
+
+
 def write_json(path: str, payload: dict) -> bool:
     """`write_text` of `payload` as indented JSON."""
     return write_text(path, json.dumps(payload, indent=2))

@@ -28,7 +28,7 @@ import torch
 
 from mars_core import load_model
 from mars_core.packaged import sha256_of
-from training.checkpoint import write_json
+from training.checkpoint import hold_folder, write_json
 from training.frozen_layers import trainable_upper, upper_loss
 from training.lora import add_lora, adapter_state, load_adapter_state, merged_layers
 from training.lower_cache import LowerCache
@@ -180,6 +180,7 @@ def check_options(args) -> None:
 
 
 def train(args) -> None:
+    lock = hold_folder(args.out)  # noqa: F841 (held until train returns)
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.base, dtype="float32")
     if args.train_layers > model.config.num_hidden_layers:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from mars_core import load_model
 from mars_core.gate import GATE_FILE, MATRICES, attach_gate, describe, gate_state, load_gate_state, read_gate
-from training.checkpoint import write_json
+from training.checkpoint import hold_folder, write_json
 from training.frozen_stage import lr_at, read_examples
 from training.gated_layout import anchors, group_layout, with_targets
 from training.schedule import batch_at, steps_per_epoch
@@ -144,6 +144,7 @@ def check_resume(saved_args: dict, args: dict) -> None:
 
 
 def train(args) -> None:
+    lock = hold_folder(args.out)  # noqa: F841 (held until train returns)
     torch.manual_seed(args.seed)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     # bf16 base weights where the hardware has them (the clean pass and the frozen matmuls run there),
