@@ -73,3 +73,14 @@ def test_the_command_writes_ids_from_its_first_id(tmp_path):
                     "--out", str(tmp_path / "o.jsonl")]) == 0
     rows = [json.loads(line) for line in open(tmp_path / "o.jsonl")]
     assert [r["id"] for r in rows] == list(range(500, 520))
+
+
+def test_the_committed_prompts_are_still_the_generators_seed_0():
+    """The module's docstring promises the committed set can be regenerated bit for bit."""
+    import os
+
+    from training.chat_prompts import make_prompts
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "smollm2", "prompts.jsonl")
+    rows = [json.loads(line) for line in open(path, encoding="utf-8")]
+    assert [r["prompt"] for r in rows] == make_prompts(len(rows), 0) and [r["id"] for r in rows] == list(range(len(rows)))

@@ -111,29 +111,37 @@ def _words(rng: random.Random) -> str:
 def make_prompts(n: int, seed: int) -> list[str]:
     """`n` distinct prompts, the same for the same (n, seed): mostly templates x subjects, a
     fifth arithmetic, code and word tasks."""
+    subjects = [s.strip() for s in SUBJECTS.split(";") if s.strip()]
+
+    def draw(rng: random.Random) -> str:
+        kind = rng.random()
+        if kind < 0.08:
+            return _arithmetic(rng)
+        if kind < 0.14:
+            return _coding(rng)
+        if kind < 0.2:
+            return _words(rng)
+        s, t = rng.sample(subjects, 2)
+        p = rng.choice(TEMPLATES).format(s=s, t=t)
+        return p[0].upper() + p[1:]
+
+    return distinct(draw, n, random.Random(seed), f"with seed {seed}")
+
+
+def distinct(draw, n: int, rng: random.Random, source: str) -> list[str]:
+    """The first `n` distinct results of `draw(rng)`, in the order drawn (at most 50 n draws)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    subjects = [s.strip() for s in SUBJECTS.split(";") if s.strip()]
-    rng, seen, out = random.Random(seed), set(), []
+    seen, out = set(), []
     for _ in range(n * 50):
         if len(out) == n:
             break
-        kind = rng.random()
-        if kind < 0.08:
-            p = _arithmetic(rng)
-        elif kind < 0.14:
-            p = _coding(rng)
-        elif kind < 0.2:
-            p = _words(rng)
-        else:
-            s, t = rng.sample(subjects, 2)
-            p = rng.choice(TEMPLATES).format(s=s, t=t)
-            p = p[0].upper() + p[1:]
+        p = draw(rng)
         if p not in seen:
             seen.add(p)
             out.append(p)
     if len(out) < n:
-        raise ValueError(f"only {len(out)} distinct prompts can be made with seed {seed}; ask for fewer")
+        raise ValueError(f"only {len(out)} distinct prompts can be made {source}; ask for fewer")
     return out
 
 

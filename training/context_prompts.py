@@ -22,6 +22,8 @@ import json
 import random
 import re
 
+from training.chat_prompts import distinct
+
 LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese", "Dutch")
 
 SUMMARISE = (
@@ -86,40 +88,31 @@ def _question(prompt: str) -> bool:
 def make_context_prompts(passages: list[dict], n: int, seed: int) -> list[str]:
     """`n` distinct prompts over `passages` (`usable` records of a distill file): summaries, questions
     over 2 to 4 retrieved passages (one answers it), translations of one sentence, and extraction."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
     questions = [r for r in passages if _question(r["prompt"])]
     lines = [s for r in passages for s in sentences(r["response"])]
     if len(passages) < 4 or not questions or not lines:
         raise ValueError(f"{len(passages)} answers are too few to build contexts from; give a distill file "
                          "with at least a few hundred ended answers")
-    rng, seen, out = random.Random(seed), set(), []
     kinds, weights = zip(*KINDS)
-    for _ in range(n * 50):
-        if len(out) == n:
-            break
+
+    def draw(rng: random.Random) -> str:
         kind = rng.choices(kinds, weights)[0]
         if kind == "summarise":
-            p = rng.choice(SUMMARISE).format(p=rng.choice(passages)["response"].strip())
-        elif kind == "extract":
-            p = rng.choice(EXTRACT).format(p=rng.choice(passages)["response"].strip())
-        elif kind == "translate":
-            p = rng.choice(TRANSLATE).format(l=rng.choice(LANGUAGES), s=rng.choice(lines))
-        else:
-            q = rng.choice(questions)
-            docs = [q]
-            for other in rng.sample(passages, 3)[: rng.randint(1, 3)]:
-                if other is not q and sum(_words(d) for d in docs) + _words(other) <= CONTEXT_WORDS:
-                    docs.append(other)
-            rng.shuffle(docs)
-            context = "\n\n".join(f"Passage {i + 1}: {d['response'].strip()}" for i, d in enumerate(docs))
-            p = rng.choice(ASK).format(c=context, q=q["prompt"], q_lower=q["prompt"][0].lower() + q["prompt"][1:])
-        if p not in seen:
-            seen.add(p)
-            out.append(p)
-    if len(out) < n:
-        raise ValueError(f"only {len(out)} distinct prompts can be made from {len(passages)} answers; ask for fewer")
-    return out
+            return rng.choice(SUMMARISE).format(p=rng.choice(passages)["response"].strip())
+        if kind == "extract":
+            return rng.choice(EXTRACT).format(p=rng.choice(passages)["response"].strip())
+        if kind == "translate":
+            return rng.choice(TRANSLATE).format(l=rng.choice(LANGUAGES), s=rng.choice(lines))
+        q = rng.choice(questions)
+        docs = [q]
+        for other in rng.sample(passages, 3)[: rng.randint(1, 3)]:
+            if other is not q and sum(_words(d) for d in docs) + _words(other) <= CONTEXT_WORDS:
+                docs.append(other)
+        rng.shuffle(docs)
+        context = "\n\n".join(f"Passage {i + 1}: {d['response'].strip()}" for i, d in enumerate(docs))
+        return rng.choice(ASK).format(c=context, q=q["prompt"], q_lower=q["prompt"][0].lower() + q["prompt"][1:])
+
+    return distinct(draw, n, random.Random(seed), f"from {len(passages)} answers")
 
 
 def read_answers(paths: list[str]) -> list[dict]:
