@@ -511,6 +511,36 @@ def test_the_gpu_recipe_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir
     assert main(argv + ["--hard-share", "1"]) == 2
 
 
+def test_the_gpu_recipe_asks_the_generator_for_its_share_and_the_rest_over_its_answers(tmp_path, tiny_model_dir,
+                                                                                      tokenizer):
+    """--prompts 12 --template-prompts 8: 8 generator prompts, whose answers (written here as prose: a
+    tiny model's are not) become the contexts of 4 more; the stage trains on both answer files."""
+    import json
+
+    from training.chat_prompts import make_prompts
+    from training.context_prompts import make_context_prompts, read_answers, usable
+    from training.gated_gpu import main
+
+    out = tmp_path / "g"
+    out.mkdir()
+    with open(out / "distill.jsonl", "w") as f:  # the generator's answers, already there: distill skips them
+        for i, prompt in enumerate(make_prompts(8, 1)):
+            text = " ".join(f"Answer {i} says fact{i}x{k} about item{k} here." for k in range(4))
+            f.write(json.dumps({"id": i, "prompt": prompt.rstrip(".?") + "?", "prompt_ids": tokenizer(prompt)["input_ids"],
+                                "response_ids": tokenizer(text)["input_ids"][:12], "ended": True, "response": text}) + "\n")
+    argv = ["--out", str(out), "--base", tiny_model_dir, "--prompts", "12", "--template-prompts", "8",
+            "--max-new-tokens", "6", "--distill-batch", "4", "--accum", "4", "--epochs", "1", "--rank", "2",
+            "--minutes", "5", "--hard-share", "0"]
+    assert main(argv) == 0
+    contexts = [json.loads(line) for line in open(out / "context-prompts.jsonl")]
+    want = make_context_prompts(usable(read_answers([str(out / "distill.jsonl")])), 4, 1)
+    assert [r["prompt"] for r in contexts] == want and [r["id"] for r in contexts] == list(range(200_000, 200_004))
+    assert sorted(json.loads(line)["id"] for line in open(out / "distill-context.jsonl")) == list(range(200_000, 200_004))
+    soft = torch.load(out / "stage" / "latest.pt")["state"]
+    assert soft["args"]["data"] == [str(out / "distill.jsonl"), str(out / "distill-context.jsonl")]
+    assert soft["examples"] == 7 + 3  # ids 0 and 200000 are held out
+
+
 def test_init_starts_from_another_runs_adapters_and_continues_its_clock(tmp_path, tiny_model_dir, tokenizer):
     assert _stage(tmp_path, tiny_model_dir, tokenizer, "first", "--max-steps", "2") == 0
     first = torch.load(tmp_path / "first" / "latest.pt")

@@ -24,6 +24,7 @@ import re
 
 from training.chat_prompts import distinct
 
+FIRST_ID = 200_000  # context prompts' ids: clear of the committed set (0..) and the generator's more (100000..)
 LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese", "Dutch")
 
 SUMMARISE = (
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answers", nargs="+", required=True, help="training.distill files whose answers become contexts")
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--first-id", type=int, default=200_000)
+    p.add_argument("--first-id", type=int, default=FIRST_ID)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     try:

@@ -2,13 +2,19 @@
 
     python -m training.gated_gpu --out runs/gated-gpu --prompts 20000 --minutes 10
 
-1. `--prompts` prompts from our generator (`training.chat_prompts`, the same rule as the CPU run:
-   ids divisible by 20 are held out), written to OUT/prompts.jsonl;
+1. `--template-prompts` prompts from our generator (`training.chat_prompts`, the same rule as the
+   CPU run: ids divisible by 20 are held out), written to OUT/prompts.jsonl;
 2. the base's own greedy answers to them (`training.distill`, batched on the cursor cache), to
    OUT/distill.jsonl; resumable, it skips the ids already there;
-3. the gated stage (`training.gated_stage`) on that file, at the paper's effective batch (384
+3. the rest of `--prompts` as prompts that hand the model one of those answers to work on
+   (`training.context_prompts`: summaries, passages and a question, translation, extraction; ids
+   from 200000) to OUT/context-prompts.jsonl, and their answers to OUT/distill-context.jsonl. The
+   template generator is not asked for all 20,000: past about 6,000 its single-subject prompts
+   (4,860 in all) run out and what it adds is mostly comparisons of two subjects (40% of 20,000,
+   10% of the CPU's 2,400) and arithmetic;
+4. the gated stage (`training.gated_stage`) on both files, at the paper's effective batch (384
    examples a step), bf16 base and fp32 adapters, soft targets (KL to the base), to OUT/stage;
-4. then hard targets (the answer's token) from its adapters at half its learning rate, to
+5. then hard targets (the answer's token) from its adapters at half its learning rate, to
    OUT/stage-hard: the recipe the CPU measured best (docs/smollm2.md: soft targets teach the masks
    what the base would say, hard ones make them confident enough for tau). `--hard-share` of the
    minutes left after step 2 go to this stage (0: soft only, then OUT/stage is the result).
@@ -28,15 +34,14 @@ import time
 import torch
 
 
-def write_prompts(path: str, n: int, seed: int) -> None:
-    from training.chat_prompts import make_prompts
-
+def write_prompts(path: str, make, first_id: int = 0) -> None:
+    """`make()`'s prompts to `path` once, ids from `first_id` (a rerun keeps the file)."""
     if os.path.isfile(path):
         return
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        for i, prompt in enumerate(make_prompts(n, seed)):
-            f.write(json.dumps({"id": i, "prompt": prompt}) + "\n")
+        for i, prompt in enumerate(make()):
+            f.write(json.dumps({"id": first_id + i, "prompt": prompt}) + "\n")
     os.replace(tmp, path)
 
 
@@ -44,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--base", default="smollm2-135m-instruct")
-    p.add_argument("--prompts", type=int, default=20000)
+    p.add_argument("--prompts", type=int, default=20000, help="prompts in all: the generator's, then context prompts")
+    p.add_argument("--template-prompts", type=int, default=6000, help="of them, the generator's (the rest hand "
+                   "the model one of their answers)")
     p.add_argument("--seed", type=int, default=1, help="the generator's seed (the CPU run's prompts are seed 0)")
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--distill-batch", type=int, default=128)
@@ -63,18 +70,23 @@ def main(argv: list[str] | None = None) -> int:
     from accelerate import Accelerator
 
     from mars_core import load_model
-    from training.distill import distill, read_prompts
+    from training.chat_prompts import make_prompts
+    from training.context_prompts import FIRST_ID as FIRST_CONTEXT_ID, make_context_prompts, read_answers, usable
 
     began = time.time()
     device = str(Accelerator().device)
     os.makedirs(args.out, exist_ok=True)
-    prompts_file, data = os.path.join(args.out, "prompts.jsonl"), os.path.join(args.out, "distill.jsonl")
+    data = [os.path.join(args.out, "distill.jsonl")]
+    templates = min(args.prompts, args.template_prompts)
     try:
-        write_prompts(prompts_file, args.prompts, args.seed)
         model, tok = load_model(args.base, dtype="float32", device=device)
-        with torch.inference_mode():
-            distill(model, tok, read_prompts(prompts_file), data, args.max_new_tokens, args.distill_batch,
-                    log=lambda s: print(s, flush=True))
+        write_prompts(os.path.join(args.out, "prompts.jsonl"), lambda: make_prompts(templates, args.seed))
+        answer(model, tok, os.path.join(args.out, "prompts.jsonl"), data[0], args)
+        if args.prompts > templates:
+            data.append(os.path.join(args.out, "distill-context.jsonl"))
+            write_prompts(os.path.join(args.out, "context-prompts.jsonl"), lambda: make_context_prompts(
+                usable(read_answers(data[:1])), args.prompts - templates, args.seed), first_id=FIRST_CONTEXT_ID)
+            answer(model, tok, os.path.join(args.out, "context-prompts.jsonl"), data[1], args)
         del model
     except ValueError as e:
         print(f"error: {e}")
@@ -83,12 +95,20 @@ def main(argv: list[str] | None = None) -> int:
     return train_stages(args, data, device, began)
 
 
-def train_stages(args, data: str, device: str, began: float) -> int:
+def answer(model, tok, prompts: str, out: str, args) -> None:
+    from training.distill import distill, read_prompts
+
+    with torch.inference_mode():
+        distill(model, tok, read_prompts(prompts), out, args.max_new_tokens, args.distill_batch,
+                log=lambda s: print(s, flush=True))
+
+
+def train_stages(args, data: list[str], device: str, began: float) -> int:
     """Soft targets, then hard ones from their adapters, in what is left of --minutes."""
     from training.gated_stage import main as stage
 
     left = args.minutes - (time.time() - began) / 60
-    common = ["--base", args.base, "--data", data, "--device", device, "--rank", str(args.rank),
+    common = ["--base", args.base, "--data", *data, "--device", device, "--rank", str(args.rank),
               "--dtype", "bfloat16" if device != "cpu" else "float32", "--accum", str(args.accum),
               "--snapshot-minutes", "2", "--warmup", "5"]
     soft, hard = os.path.join(args.out, "stage"), os.path.join(args.out, "stage-hard")

@@ -33,7 +33,6 @@ import sys
 from training.distill import done_ids, read_prompts
 
 FIRST_ID = 100_000
-FIRST_CONTEXT_ID = 200_000
 
 
 def write_prompts(out: str, n: int, seed: int, exclude: str | None, contexts: list[str] | None = None) -> list[dict]:
@@ -41,7 +40,7 @@ def write_prompts(out: str, n: int, seed: int, exclude: str | None, contexts: li
     with `contexts` (distill files), prompts over their answers (`training.context_prompts`), ids
     from FIRST_CONTEXT_ID."""
     from training.chat_prompts import make_prompts
-    from training.context_prompts import make_context_prompts, read_answers, usable
+    from training.context_prompts import FIRST_ID as FIRST_CONTEXT_ID, make_context_prompts, read_answers, usable
 
     path = os.path.join(out, "prompts.jsonl")
     if not os.path.isfile(path):
