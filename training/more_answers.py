@@ -15,7 +15,7 @@ With `--contexts FILE...` the prompts of step 1 hand the model one of the base's
 (`training.context_prompts`: summaries, questions over passages, translation, extraction), ids from
 200000:
 
-    python -m training.more_answers --out runs/context --n 1200 --seed 0 \
+    python -m training.more_answers --out runs/context --n 2400 --seed 0 \
         --contexts data/smollm2/distill.jsonl runs/more/distill-0.jsonl runs/more/distill-1.jsonl
 
 Nothing is lost to a stop: a rerun of the same command skips the answers written (the split is
