@@ -3,8 +3,9 @@
 The prompts span what an assistant is asked (explain, list, compare, write, rewrite, plan, code,
 reason, convert, define, advise, role-play) so that the masks learn general continuations, not
 one category's. Prompts that hand the model a text (summaries, retrieved passages, translation,
-extraction) are made from the base's own answers by `training.context_prompts`. Nothing here is copied from a prompt set, so it can be committed and
-regenerated bit for bit: `make_prompts(n, seed)` is a pure function.
+extraction) are made from the base's own answers by `training.context_prompts`. Nothing here is
+copied from a prompt set, so it can be committed and regenerated bit for bit: `make_prompts(n,
+seed)` is a pure function.
 
     python -m training.chat_prompts --n 2000 --seed 0 --out data/smollm2/prompts.jsonl
 """
