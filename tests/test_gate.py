@@ -513,13 +513,15 @@ def test_the_gpu_recipe_runs_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir
 
 def test_the_gpu_recipe_asks_the_generator_for_its_share_and_the_rest_over_its_answers(tmp_path, tiny_model_dir,
                                                                                       tokenizer):
-    """--prompts 12 --template-prompts 8: 8 generator prompts, whose answers (written here as prose: a
-    tiny model's are not) become the contexts of 4 more; the stage trains on both answer files."""
+    """--prompts 13 --template-prompts 8 --task-prompts 2: 8 generator prompts, 2 task prompts, and 3
+    whose contexts are the generator prompts' answers (written here as prose: a tiny model's are
+    not); the stage trains on the three answer files."""
     import json
 
     from training.chat_prompts import make_prompts
     from training.context_prompts import make_context_prompts, read_answers, usable
     from training.gated_gpu import main
+    from training.task_prompts import make_task_prompts
 
     out = tmp_path / "g"
     out.mkdir()
@@ -528,17 +530,20 @@ def test_the_gpu_recipe_asks_the_generator_for_its_share_and_the_rest_over_its_a
             text = " ".join(f"Answer {i} says fact{i}x{k} about item{k} here." for k in range(4))
             f.write(json.dumps({"id": i, "prompt": prompt.rstrip(".?") + "?", "prompt_ids": tokenizer(prompt)["input_ids"],
                                 "response_ids": tokenizer(text)["input_ids"][:12], "ended": True, "response": text}) + "\n")
-    argv = ["--out", str(out), "--base", tiny_model_dir, "--prompts", "12", "--template-prompts", "8",
+    argv = ["--out", str(out), "--base", tiny_model_dir, "--prompts", "13", "--template-prompts", "8", "--task-prompts", "2",
             "--max-new-tokens", "6", "--distill-batch", "4", "--accum", "4", "--epochs", "1", "--rank", "2",
             "--minutes", "5", "--hard-share", "0"]
     assert main(argv) == 0
     contexts = [json.loads(line) for line in open(out / "context-prompts.jsonl")]
-    want = make_context_prompts(usable(read_answers([str(out / "distill.jsonl")])), 4, 1)
-    assert [r["prompt"] for r in contexts] == want and [r["id"] for r in contexts] == list(range(200_000, 200_004))
-    assert sorted(json.loads(line)["id"] for line in open(out / "distill-context.jsonl")) == list(range(200_000, 200_004))
+    want = make_context_prompts(usable(read_answers([str(out / "distill.jsonl")])), 3, 1)
+    assert [r["prompt"] for r in contexts] == want and [r["id"] for r in contexts] == list(range(200_000, 200_003))
+    assert sorted(json.loads(line)["id"] for line in open(out / "distill-context.jsonl")) == list(range(200_000, 200_003))
+    tasks = [json.loads(line) for line in open(out / "task-prompts.jsonl")]
+    assert [r["prompt"] for r in tasks] == make_task_prompts(2, 1) and [r["id"] for r in tasks] == [300_000, 300_001]
+    assert sorted(json.loads(line)["id"] for line in open(out / "distill-task.jsonl")) == [300_000, 300_001]
     soft = torch.load(out / "stage" / "latest.pt")["state"]
-    assert soft["args"]["data"] == [str(out / "distill.jsonl"), str(out / "distill-context.jsonl")]
-    assert soft["examples"] == 7 + 3  # ids 0 and 200000 are held out
+    assert soft["args"]["data"] == [str(out / p) for p in ("distill.jsonl", "distill-task.jsonl", "distill-context.jsonl")]
+    assert soft["examples"] == 7 + 1 + 2  # ids 0, 300000 and 200000 are held out
 
 
 def test_init_starts_from_another_runs_adapters_and_continues_its_clock(tmp_path, tiny_model_dir, tokenizer):

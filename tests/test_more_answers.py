@@ -82,3 +82,12 @@ def test_context_prompts_are_built_from_the_given_answers_with_ids_of_their_own(
     assert [r["prompt"] for r in prompts] == want and [r["id"] for r in prompts] == list(range(200_000, 200_005))
     got = _records(tmp_path / "ctx" / "distill-0.jsonl") + _records(tmp_path / "ctx" / "distill-1.jsonl")
     assert sorted(r["id"] for r in got) == list(range(200_000, 200_005))
+
+
+def test_task_prompts_come_from_their_generator_with_ids_of_their_own_and_not_beside_contexts(tmp_path, capsys):
+    from training.task_prompts import make_task_prompts
+
+    got = more_answers.write_prompts(str(tmp_path), 7, 4, None, tasks=True)
+    assert [r["prompt"] for r in got] == make_task_prompts(7, 4) and [r["id"] for r in got] == list(range(300_000, 300_007))
+    assert more_answers.main(["--out", str(tmp_path / "x"), "--tasks", "--contexts", "d.jsonl"]) == 2
+    assert "two kinds" in capsys.readouterr().out and not (tmp_path / "x").exists()

@@ -6,15 +6,18 @@
    CPU run: ids divisible by 20 are held out), written to OUT/prompts.jsonl;
 2. the base's own greedy answers to them (`training.distill`, batched on the cursor cache), to
    OUT/distill.jsonl; resumable, it skips the ids already there;
-3. the rest of `--prompts` as prompts that hand the model one of those answers to work on
+3. `--task-prompts` of code, factual questions, word problems and puzzles (`training.task_prompts`,
+   ids from 300000; the kinds the generator covers thinly) to OUT/task-prompts.jsonl, and their
+   answers to OUT/distill-task.jsonl;
+4. the rest of `--prompts` as prompts that hand the model one of step 2's answers to work on
    (`training.context_prompts`: summaries, passages and a question, translation, extraction; ids
    from 200000) to OUT/context-prompts.jsonl, and their answers to OUT/distill-context.jsonl. The
    template generator is not asked for all 20,000: past about 6,000 its single-subject prompts
    (4,860 in all) run out and what it adds is mostly comparisons of two subjects (40% of 20,000,
    10% of the CPU's 2,400) and arithmetic;
-4. the gated stage (`training.gated_stage`) on both files, at the paper's effective batch (384
+5. the gated stage (`training.gated_stage`) on both files, at the paper's effective batch (384
    examples a step), bf16 base and fp32 adapters, soft targets (KL to the base), to OUT/stage;
-5. then hard targets (the answer's token) from its adapters at half its learning rate, to
+6. then hard targets (the answer's token) from its adapters at half its learning rate, to
    OUT/stage-hard: the recipe the CPU measured best (docs/smollm2.md: soft targets teach the masks
    what the base would say, hard ones make them confident enough for tau). `--hard-share` of the
    minutes left after step 2 go to this stage (0: soft only, then OUT/stage is the result).
@@ -49,9 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--base", default="smollm2-135m-instruct")
-    p.add_argument("--prompts", type=int, default=20000, help="prompts in all: the generator's, then context prompts")
+    p.add_argument("--prompts", type=int, default=20000, help="prompts in all: the generator's, task "
+                   "prompts, then context prompts")
     p.add_argument("--template-prompts", type=int, default=6000, help="of them, the generator's (the rest hand "
                    "the model one of their answers)")
+    p.add_argument("--task-prompts", type=int, default=3000, help="of them, training.task_prompts's (code, "
+                   "questions, word problems, puzzles)")
     p.add_argument("--seed", type=int, default=1, help="the generator's seed (the CPU run's prompts are seed 0)")
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--distill-batch", type=int, default=128)
@@ -64,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the share of the training minutes for the hard-target stage (0 to 0.9)")
     p.add_argument("--hard-epochs", type=float, default=0.5, help="the hard-target stage's schedule")
     args = p.parse_args(argv)
+    if args.prompts < 1 or args.template_prompts < 1 or args.task_prompts < 0:
+        print("error: --prompts and --template-prompts must be at least 1, --task-prompts at least 0")
+        return 2
     if not 0 <= args.hard_share <= 0.9:
         print(f"error: --hard-share {args.hard_share}: give a share of the minutes from 0 to 0.9")
         return 2
@@ -72,21 +81,29 @@ def main(argv: list[str] | None = None) -> int:
     from mars_core import load_model
     from training.chat_prompts import make_prompts
     from training.context_prompts import FIRST_ID as FIRST_CONTEXT_ID, make_context_prompts, read_answers, usable
+    from training.task_prompts import FIRST_ID as FIRST_TASK_ID, make_task_prompts
 
     began = time.time()
     device = str(Accelerator().device)
     os.makedirs(args.out, exist_ok=True)
     data = [os.path.join(args.out, "distill.jsonl")]
     templates = min(args.prompts, args.template_prompts)
+    tasks = min(args.prompts - templates, args.task_prompts)
+    contexts = args.prompts - templates - tasks
     try:
         model, tok = load_model(args.base, dtype="float32", device=device)
         write_prompts(os.path.join(args.out, "prompts.jsonl"), lambda: make_prompts(templates, args.seed))
         answer(model, tok, os.path.join(args.out, "prompts.jsonl"), data[0], args)
-        if args.prompts > templates:
+        if tasks > 0:
+            data.append(os.path.join(args.out, "distill-task.jsonl"))
+            write_prompts(os.path.join(args.out, "task-prompts.jsonl"), lambda: make_task_prompts(tasks, args.seed),
+                          first_id=FIRST_TASK_ID)
+            answer(model, tok, os.path.join(args.out, "task-prompts.jsonl"), data[-1], args)
+        if contexts > 0:
             data.append(os.path.join(args.out, "distill-context.jsonl"))
             write_prompts(os.path.join(args.out, "context-prompts.jsonl"), lambda: make_context_prompts(
-                usable(read_answers(data[:1])), args.prompts - templates, args.seed), first_id=FIRST_CONTEXT_ID)
-            answer(model, tok, os.path.join(args.out, "context-prompts.jsonl"), data[1], args)
+                usable(read_answers(data[:1])), contexts, args.seed), first_id=FIRST_CONTEXT_ID)
+            answer(model, tok, os.path.join(args.out, "context-prompts.jsonl"), data[-1], args)
         del model
     except ValueError as e:
         print(f"error: {e}")

@@ -18,6 +18,11 @@ With `--contexts FILE...` the prompts of step 1 hand the model one of the base's
     python -m training.more_answers --out runs/context --n 2400 --seed 0 \
         --contexts data/smollm2/distill.jsonl runs/more/distill-0.jsonl runs/more/distill-1.jsonl
 
+With `--tasks` they are code, factual questions, word problems and puzzles (`training.task_prompts`),
+ids from 300000:
+
+    python -m training.more_answers --out runs/tasks --n 1200 --seed 0 --tasks
+
 Nothing is lost to a stop: a rerun of the same command skips the answers written (the split is
 kept, so a changed `--workers` cannot give one prompt to two files). It returns 0 only when every
 share is complete, so the stage after `&&` starts on a fixed data set.
@@ -35,16 +40,20 @@ from training.distill import done_ids, read_prompts
 FIRST_ID = 100_000
 
 
-def write_prompts(out: str, n: int, seed: int, exclude: str | None, contexts: list[str] | None = None) -> list[dict]:
+def write_prompts(out: str, n: int, seed: int, exclude: str | None, contexts: list[str] | None = None,
+                  tasks: bool = False) -> list[dict]:
     """OUT/prompts.jsonl, made once: the generator's prompts not in `exclude`, ids from FIRST_ID; or,
     with `contexts` (distill files), prompts over their answers (`training.context_prompts`), ids
-    from FIRST_CONTEXT_ID."""
+    from FIRST_CONTEXT_ID; or, with `tasks`, `training.task_prompts`'s, ids from its FIRST_ID."""
     from training.chat_prompts import make_prompts
     from training.context_prompts import FIRST_ID as FIRST_CONTEXT_ID, make_context_prompts, read_answers, usable
 
     path = os.path.join(out, "prompts.jsonl")
     if not os.path.isfile(path):
-        if contexts:
+        if tasks:
+            from training.task_prompts import FIRST_ID as FIRST_TASK_ID, make_task_prompts
+            made, first = make_task_prompts(n, seed), FIRST_TASK_ID
+        elif contexts:
             made, first = make_context_prompts(usable(read_answers(contexts)), n, seed), FIRST_CONTEXT_ID
         else:
             old = {r["prompt"] for r in read_prompts(exclude)} if exclude else set()
@@ -81,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exclude", default="data/smollm2/prompts.jsonl", help="a prompt file whose prompts are left out")
     p.add_argument("--contexts", nargs="+", default=None, help="distill files: ask for prompts over their answers "
                    "(summaries, passages, translation, extraction) instead of the generator's")
+    p.add_argument("--tasks", action="store_true", help="ask for code, factual questions, word problems and "
+                   "puzzles (training.task_prompts) instead of the generator's")
     p.add_argument("--workers", type=int, default=2, help="distill processes of one thread each")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=192)
@@ -88,9 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1 or args.n < 1:
         print("error: --workers and --n must be at least 1")
         return 2
+    if args.tasks and args.contexts:
+        print("error: --tasks and --contexts make two kinds of prompts: give each its own --out and run")
+        return 2
     os.makedirs(args.out, exist_ok=True)
     try:
-        prompts = write_prompts(args.out, args.n, args.seed, args.exclude, args.contexts)
+        prompts = write_prompts(args.out, args.n, args.seed, args.exclude, args.contexts, args.tasks)
         parts = shares(args.out, prompts, args.workers)
     except (ValueError, OSError) as e:
         print(f"error: {e}")
