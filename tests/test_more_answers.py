@@ -41,9 +41,12 @@ def test_two_workers_write_every_new_prompts_answer_once_and_a_rerun_completes_a
 
     cut = tmp_path / "more" / "distill-1.jsonl"
     cut.write_text("".join(open(cut).readlines()[:1]))  # stopped mid-way
+    logs = [(tmp_path / "more" / f"log-{k}.txt").stat().st_size for k in (0, 1)]
     assert _run(tmp_path, tiny_model_dir, "--workers", "3") == 0  # the split is kept: still two shares
     assert sorted(r["id"] for r in _records(cut)) == list(range(100_004, 100_007))
     assert not (tmp_path / "more" / "distill-2.jsonl").exists()
+    after = [(tmp_path / "more" / f"log-{k}.txt").stat().st_size for k in (0, 1)]
+    assert after[0] == logs[0] and after[1] > logs[1]  # no process (no model load) for the complete share
 
 
 def test_it_says_so_and_returns_1_while_a_share_is_incomplete(tmp_path, tiny_model_dir, monkeypatch, capsys):

@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     outputs = [os.path.join(args.out, f"distill-{k}.jsonl") for k in range(len(parts))]
     jobs = []
     for k, (part, out) in enumerate(zip(parts, outputs)):
+        if not {r["id"] for r in read_prompts(part)} - done_ids(out):
+            continue  # complete: no process (and no model load) for it
         with open(os.path.join(args.out, f"log-{k}.txt"), "a", encoding="utf-8") as log:
             jobs.append(subprocess.Popen([sys.executable, "-m", "training.distill", "--model", args.model, "--prompts", part,
                                           "--out", out, "--batch-size", str(args.batch_size), "--max-new-tokens",
