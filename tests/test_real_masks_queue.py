@@ -21,6 +21,7 @@ esac
 if [ "$2" = training.gated_stage ]; then
   out=$(echo "$*" | sed 's/.*--out \([^ ]*\).*/\1/'); mkdir -p "$out"; [ -f "$out/CUT" ] || touch "$out/DONE"
 fi
+[ "$2" = benchmarks.mask_replay ] && echo "{}" > "$(echo "$*" | sed 's/.*--out \([^ ]*\).*/\1/')"
 exit 0
 """
 
@@ -47,14 +48,17 @@ def test_every_stage_runs_in_order_then_a_rerun_skips_the_finished_ones(tmp_path
     code, out, calls = _run(tmp_path)
     assert code == 0 and "no Spec-Bench base run here" in out
     modules = [c.split()[1] for c in calls]
-    assert modules == ["training.more_answers", "training.gated_stage", "training.more_answers",
-                       "training.more_answers", "training.gated_stage"]
-    more, wide = calls[1], calls[4]
+    assert modules == ["training.more_answers", "training.gated_stage", "benchmarks.mask_replay", "training.more_answers",
+                       "training.more_answers", "training.gated_stage", "benchmarks.mask_replay"]
+    more, wide = calls[1], calls[5]
+    assert "--layers runs/gated-more/latest.pt" in calls[2] and "--split dev" in calls[2]  # each run's end, measured
+    assert "--layers runs/gated-wide/latest.pt" in calls[6]
     assert "--out runs/gated-more --init assets/models/smollm2-135m-mars" in more and "--rank 8" in more  # no earlier run here
-    assert "--first 5251" in more and "--contexts" in calls[2] and "--tasks" in calls[3]
+    assert "--first 5251" in more and "--contexts" in calls[3] and "--tasks" in calls[4]
     assert "--init runs/gated-more/latest.pt" in wide and "--rank 16" in wide and "runs/tasks/distill-1.jsonl" in wide
     code, out, calls = _run(tmp_path)
     assert code == 0 and "training.gated_stage" not in " ".join(calls)  # both complete: not run again
+    assert "benchmarks.mask_replay" not in " ".join(calls)  # nor measured again
 
 
 def test_a_stage_cut_by_its_minutes_stops_the_queue_and_says_so(tmp_path):

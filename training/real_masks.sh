@@ -13,6 +13,8 @@
 #   3. runs/context: 2,400 prompts over the base's own answers (summaries, passages, translation,
 #      extraction), distilled; runs/tasks: 1,200 of code, questions, word problems and puzzles;
 #   4. runs/gated-wide: one epoch over 3 and the first 1,200 committed answers, from 2's end;
+#   after 2 and 4, each run's end replayed (runs/measure/RUN-dev.json, -si48.json, and for gated-wide
+#      -sb130.json: Spec-Bench's first 10 of each category), where the base's runs are there;
 #   5. with the Spec-Bench base run there (runs/eval/sb480-base, runs/evalsets/question.jsonl), the
 #      shipped gate's tau 0.9 row on Spec-Bench for the card: 10 of each category, then all 480.
 # THREADS (default 2) and MINUTES (default 600, per stage and call) pass to the gated stages.
@@ -28,6 +30,20 @@ stage() {  # OUT INIT RANK DATA...: one hard-target epoch, the recipe docs/smoll
   python -m training.gated_stage --data "$@" --out "$out" --init "$init" --targets hard --dtype float32 \
     --rank "$rank" --lr 1e-3 --warmup 10 --epochs 1 --groups 64 --minutes "$M" --snapshot-minutes 8 --threads "$T"
 }
+measure() {  # RUN [spec-bench]: its end replayed on the held-out 60, self-instruct 48 and (asked) Spec-Bench 130
+  m="--model smollm2-135m-instruct --layers runs/$1/latest.pt --threads $T"; o=runs/measure/$1
+  mkdir -p runs/measure
+  [ -s "$o-dev.json" ] || python -m benchmarks.mask_replay --distill data/smollm2/distill.jsonl --split dev \
+    --limit 60 $m --out "$o-dev.json" || return 1
+  if [ -f runs/eval/si48-base/outputs.jsonl ] && [ -f runs/evalsets/user_oriented_instructions.jsonl ]; then
+    [ -s "$o-si48.json" ] || python -m benchmarks.mask_replay --run runs/eval/si48-base \
+      --self-instruct runs/evalsets/user_oriented_instructions.jsonl $m --out "$o-si48.json" || return 1
+  fi
+  if [ $# -gt 1 ] && [ -f runs/eval/sb480-base/outputs.jsonl ] && [ -f runs/evalsets/question.jsonl ]; then
+    [ -s "$o-sb130.json" ] || python -m benchmarks.mask_replay --run runs/eval/sb480-base \
+      --spec-bench runs/evalsets/question.jsonl --per-category 10 $m --out "$o-sb130.json" || return 1
+  fi
+}
 mkdir -p runs
 echo "$(date -u +%FT%TZ) real_masks: start"
 
@@ -39,6 +55,7 @@ if ! done_at runs/gated-more; then
     runs/more/distill-1.jsonl --first 5251 || exit 1
   done_at runs/gated-more || { echo "gated-more stopped before its end (MINUTES=$M): run this again"; exit 1; }
 fi
+measure gated-more || exit 1
 
 python -m training.more_answers --out runs/context --n 2400 --seed 0 --contexts data/smollm2/distill.jsonl \
   runs/more/distill-0.jsonl runs/more/distill-1.jsonl || exit 1
@@ -49,6 +66,7 @@ if ! done_at runs/gated-wide; then
     runs/tasks/distill-0.jsonl runs/tasks/distill-1.jsonl data/smollm2/distill.jsonl --first 4800 || exit 1
   done_at runs/gated-wide || { echo "gated-wide stopped before its end (MINUTES=$M): run this again"; exit 1; }
 fi
+measure gated-wide spec-bench || exit 1
 
 E=runs/eval/sb480-h285r8q4
 if [ ! -f runs/eval/sb480-base/outputs.jsonl ] || [ ! -f runs/evalsets/question.jsonl ]; then
