@@ -68,7 +68,7 @@ CONCEPT_FORMS = ("What is {c} in programming?", "Explain {c} with a short code e
 QUESTIONS = (
     "Who first studied {s}?", "How does {s} work?", "Why do people care about {s}?", "Where can I learn more about {s}?",
     "When did {s} become important?", "How has {s} changed over the last hundred years?",
-    "What would happen if there were no {s}?", "Is it true that {s} is dangerous?", "How is {s} measured?",
+    "What would the world be like without {s}?", "Can {s} be dangerous?", "How do scientists study {s}?",
     "What are the main types of {s}?", "Who benefits most from {s}?", "How does {s} affect everyday life?",
     "What is one fact about {s} that most people get wrong?", "Can you explain how {s} relates to {t}?",
 )
