@@ -72,8 +72,10 @@ def first_of_each(records: list[dict], n: int | None) -> list[dict]:
 def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True,
              draft_groups: str = "all", prompt_lookup: int = 0,
              prompt_lookup_tokens: int | None = None,
-             draft_trees: tuple[tuple[int, ...], ...] = (), repeat_guard: bool = False) -> dict[str, DecodeConfig]:
-    """AR, MARS at each tau (and with the repeat guard beside it where `repeat_guard`: "mars-0.9-guard"),
+             draft_trees: tuple[tuple[int, ...], ...] = (), repeat_guard: bool = False,
+             guard_only: bool = False) -> dict[str, DecodeConfig]:
+    """AR, MARS at each tau (and with the repeat guard beside it where `repeat_guard`: "mars-0.9-guard";
+    only with it where `guard_only`),
     lossless MARS (and with prompt-lookup drafts where `prompt_lookup`, with each draft tree of
     `draft_trees`: "lossless-tree2-2-1").
     Lossless carries a mask group after every possible accept count ("all"): on a real model
@@ -81,8 +83,9 @@ def settings(taus: list[float], lossless: bool, block_size: int, ar: bool = True
     (docs/lossless.md)."""
     out = {"ar": DecodeConfig(mode="ar", cache="cursor")} if ar else {}
     for tau in taus:
-        out[f"mars-{tau:g}"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor")
-        if repeat_guard:
+        if not guard_only:
+            out[f"mars-{tau:g}"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor")
+        if repeat_guard or guard_only:
             out[f"mars-{tau:g}-guard"] = DecodeConfig(mode="mars", tau=tau, block_size=block_size, cache="cursor",
                                                       repeat_guard=True)
     if lossless:  # a layout other than "all" is named: its tokens per forward differ
@@ -236,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ar", action="store_true", help="skip AR (then no identity figures)")
     p.add_argument("--repeat-guard", action="store_true",
                    help="also decode each tau with the repeat guard (mars-T-guard: DecodeConfig.repeat_guard)")
+    p.add_argument("--guard-only", action="store_true", help="decode each tau with the repeat guard only (half "
+                   "the time of --repeat-guard where only the guarded figure is wanted)")
     p.add_argument("--draft-groups", default="all", help="lossless layout: all, last or ends")
     p.add_argument("--prompt-lookup", type=int, default=0,
                    help="also lossless MARS with prompt-lookup drafts where an n-gram of at least this length matched")
@@ -258,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         taus = [float(t) for t in args.taus.split(",") if t.strip()]
         configs = settings(taus, not args.no_lossless, args.block_size, not args.no_ar, args.draft_groups,
                            args.prompt_lookup, args.prompt_lookup_tokens, tuple(parse_trees(args.draft_trees)),
-                           args.repeat_guard)
+                           args.repeat_guard, args.guard_only)
         prompts = read_set(kind, path, args.limit, args.per_category)
         model, tokenizer = load_model(args.model, dtype="float32")
     except (ValueError, OSError) as e:

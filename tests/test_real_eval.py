@@ -80,6 +80,8 @@ def test_the_repeat_guard_runs_beside_each_tau_and_keeps_its_tau():
     assert ordered({s: {} for s in ["mars-0.9-guard", "lossless", "mars-0.9", "ar", "mars-0.95-guard"]}) == [
         "ar", "mars-0.95-guard", "mars-0.9", "mars-0.9-guard", "lossless"]
     assert "repeat guard" in legend({"mars-0.9-guard": {}})[0] and legend({"mars-0.9": {}}) == []
+    only = settings([0.9], False, 4, ar=False, guard_only=True)
+    assert list(only) == ["mars-0.9-guard"] and only["mars-0.9-guard"].repeat_guard
 
 
 def test_per_category_keeps_the_first_n_of_each_category_in_file_order(tmp_path):

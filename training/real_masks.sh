@@ -75,9 +75,9 @@ if [ ! -f runs/eval/sb480-base/outputs.jsonl ] || [ ! -f runs/evalsets/question.
 fi
 mkdir -p $E
 [ -s $E/outputs.jsonl ] || grep '"setting": "ar"' runs/eval/sb480-base/outputs.jsonl > $E/outputs.jsonl
-for limit in "--per-category 10" ""; do
-  # shellcheck disable=SC2086  # $limit is two words or none
+for limit in "--per-category 10 --repeat-guard" "--guard-only"; do  # with and without the guard on 130, guarded on 480
+  # shellcheck disable=SC2086  # $limit is several words
   python -m benchmarks.real_eval --model smollm2-135m-mars --spec-bench runs/evalsets/question.jsonl --taus 0.9 \
-    --repeat-guard --no-lossless --no-ar --max-new-tokens 256 --out $E --threads "$T" $limit || exit 1
+    --no-lossless --no-ar --max-new-tokens 256 --out $E --threads "$T" $limit || exit 1
 done
 echo "$(date -u +%FT%TZ) real_masks: every stage is done"
