@@ -15,7 +15,7 @@
    template generator is not asked for all 20,000: past about 6,000 its single-subject prompts
    (4,860 in all) run out and what it adds is mostly comparisons of two subjects (40% of 20,000,
    10% of the CPU's 2,400) and arithmetic;
-5. the gated stage (`training.gated_stage`) on both files, at the paper's effective batch (384
+5. the gated stage (`training.gated_stage`) on the answer files, at the paper's effective batch (384
    examples a step), bf16 base and fp32 adapters, soft targets (KL to the base), to OUT/stage;
 6. then hard targets (the answer's token) from its adapters at half its learning rate, to
    OUT/stage-hard: the recipe the CPU measured best (docs/smollm2.md: soft targets teach the masks
@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", default="smollm2-135m-instruct")
     p.add_argument("--prompts", type=int, default=20000, help="prompts in all: the generator's, task "
                    "prompts, then context prompts")
-    p.add_argument("--template-prompts", type=int, default=6000, help="of them, the generator's (the rest hand "
-                   "the model one of their answers)")
+    p.add_argument("--template-prompts", type=int, default=6000, help="of them, the generator's (then the task "
+                   "prompts, and the rest hand the model one of their answers)")
     p.add_argument("--task-prompts", type=int, default=3000, help="of them, training.task_prompts's (code, "
                    "questions, word problems, puzzles)")
     p.add_argument("--seed", type=int, default=1, help="the generator's seed (the CPU run's prompts are seed 0)")
