@@ -210,10 +210,15 @@ def ordered(summary: dict) -> list[str]:
 
 
 def table(summary: dict) -> str:
-    """A markdown table: rows = categories, columns = settings (T/F, identical share)."""
+    """A markdown table: rows = categories, columns = settings (T/F, identical share). A setting
+    decoded on fewer prompts than the others (a sweep in stages) says how many in its heading, so
+    an "overall" row over different prompts is not read as one comparison."""
     names = ordered(summary)
     cats = sorted({c for s in summary.values() for c in s if c != "overall"}) + ["overall"]
-    lines = ["| category | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    n = {s: summary[s].get("overall", {}).get("n") for s in names}
+    most = max((v for v in n.values() if v), default=None)
+    heads = [s if n[s] in (None, most) else f"{s} ({n[s]} prompts)" for s in names]
+    lines = ["| category | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(names)]
     for c in cats:
         cells = []
         for s in names:
