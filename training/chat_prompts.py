@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 
 SUBJECTS = """photosynthesis; the water cycle; black holes; volcanoes; earthquakes; the immune system; vaccines;
@@ -146,15 +147,21 @@ def distinct(draw, n: int, rng: random.Random, source: str) -> list[str]:
     return out
 
 
+def write_prompt_file(path: str, prompts: list[str], first_id: int = 0) -> None:
+    """`prompts` as JSONL records {"id", "prompt"}, ids from `first_id`, written whole or not at all."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for i, prompt in enumerate(prompts):
+            f.write(json.dumps({"id": first_id + i, "prompt": prompt}) + "\n")
+    os.replace(path + ".tmp", path)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    with open(args.out, "w", encoding="utf-8") as f:
-        for i, prompt in enumerate(make_prompts(args.n, args.seed)):
-            f.write(json.dumps({"id": i, "prompt": prompt}) + "\n")
+    write_prompt_file(args.out, make_prompts(args.n, args.seed))
     return 0
 
 

@@ -22,7 +22,7 @@ import json
 import random
 import re
 
-from training.chat_prompts import distinct
+from training.chat_prompts import distinct, write_prompt_file
 
 FIRST_ID = 200_000  # context prompts' ids: clear of the committed set (0..) and the generator's more (100000..)
 LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese", "Dutch")
@@ -146,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}")
         return 2
-    with open(args.out, "w", encoding="utf-8") as f:
-        for i, prompt in enumerate(prompts):
-            f.write(json.dumps({"id": args.first_id + i, "prompt": prompt}) + "\n")
+    write_prompt_file(args.out, prompts, args.first_id)
     return 0
 
 

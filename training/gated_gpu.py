@@ -30,7 +30,6 @@ resumes: run the same command again. On a CPU it runs too (tiny `--prompts` for 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
@@ -39,13 +38,10 @@ import torch
 
 def write_prompts(path: str, make, first_id: int = 0) -> None:
     """`make()`'s prompts to `path` once, ids from `first_id` (a rerun keeps the file)."""
-    if os.path.isfile(path):
-        return
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for i, prompt in enumerate(make()):
-            f.write(json.dumps({"id": first_id + i, "prompt": prompt}) + "\n")
-    os.replace(tmp, path)
+    from training.chat_prompts import write_prompt_file
+
+    if not os.path.isfile(path):
+        write_prompt_file(path, make(), first_id)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,10 +14,9 @@ what they are. `make_task_prompts(n, seed)` is a pure function.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 
-from training.chat_prompts import SUBJECTS, distinct
+from training.chat_prompts import SUBJECTS, distinct, write_prompt_file
 
 FIRST_ID = 300_000  # task prompts' ids: clear of the committed set (0..), more (100000..), contexts (200000..)
 
@@ -153,9 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}")
         return 2
-    with open(args.out, "w", encoding="utf-8") as f:
-        for i, prompt in enumerate(prompts):
-            f.write(json.dumps({"id": args.first_id + i, "prompt": prompt}) + "\n")
+    write_prompt_file(args.out, prompts, args.first_id)
     return 0
 
 
