@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import PROMPTS, make_model
-from mars_core import DecodeConfig, TauControl, generate, stream
+from mars_core import DecodeConfig, generate
 from mars_core.decode_cursor import CursorCache
 from test_decoders import SETTINGS, check_extra_stops, hf_greedy, check_eos_mid_block
 
@@ -77,18 +77,6 @@ def test_sampling_is_seeded_and_batch_equals_alone(confident_model, tokenizer):
     batch = run(BATCH, "none")
     assert run(BATCH, "cursor") == batch
     assert run([BATCH[4]], "cursor", seed=7) == [batch[4]]  # row i uses seed + i
-
-
-def test_tau_can_change_between_steps(confident_model, tokenizer):
-    cfg = DecodeConfig(tau=1.0, block_size=4, cache="cursor", max_new_tokens=40)
-    control = TauControl(1.0)
-    counts = []
-    for ev in stream(confident_model, tokenizer, PROMPTS[1], cfg, control):
-        counts.append(len(ev.tokens[0]))
-        if ev.step == 4:
-            control.tau = 0.0
-        assert ev.tau == (1.0 if ev.step <= 4 else 0.0)
-    assert counts[:5] == [1] * 5 and max(counts[5:]) == 4
 
 
 def test_per_sample_eos_and_max_new_tokens(model, tokenizer):

@@ -84,7 +84,7 @@ def test_sampling_is_seeded_and_batch_equals_alone(confident_model, tokenizer):
     assert run(PROMPTS[:1], "none", seed=4) != batch[:1]
 
 
-@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("cache", CACHES + ["cursor"])
 def test_tau_can_change_between_steps(confident_model, tokenizer, cache):
     cfg = DecodeConfig(tau=1.0, block_size=4, cache=cache, cache_block_size=8, max_new_tokens=40)
     control = TauControl(1.0)
