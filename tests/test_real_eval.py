@@ -72,7 +72,6 @@ def test_the_table_orders_settings_by_tau_whatever_order_they_ran_in():
     assert header == "| category | ar | mars-1 | mars-0.95 | mars-0.8 | lossless |"
 
 
-
 def test_a_setting_decoded_on_fewer_prompts_says_so_in_its_heading():
     cell = lambda n: {"overall": {"n": n, "tokens_per_forward": 1.0, "identical": 1.0, "first_difference": None}}
     header = table({"ar": cell(480), "mars-0.9": cell(130), "mars-0.9-guard": cell(480)}).splitlines()[0]
